@@ -1,0 +1,250 @@
+#include "analysis/memory_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "analysis/overheads.hpp"
+#include "core/units.hpp"
+#include "graph/lower.hpp"
+
+namespace mist::analysis {
+
+namespace {
+
+using sym::Expr;
+
+Expr S(const char* name) { return Expr::symbol(name); }
+
+const std::vector<std::string> kShapeSymbols = {"s", "h", "a", "g", "f", "V"};
+const std::vector<std::string> kKnobSymbols = {
+    "b", "t", "d", "l", "c", "p", "zw", "zg", "zo", "wo", "go", "oo", "ao",
+    "E", "H", "T", "Q", "W", "G", "O", "A", "C_ctx", "C_blas", "C_nccl"};
+
+// Expected waste of rounding one allocation up to the caching allocator's 2 MiB granularity.
+constexpr double kRoundingBytesPerAllocation = units::kMiB;
+
+Expr bound(const Expr& e, const sym::Bindings& dims) { return sym::substitute(e, dims); }
+
+}  // namespace
+
+int optimizer_bytes_per_param(const spec::TrainingSpec& t) {
+  const int master = t.mixed_precision() ? 4 : 0;
+  return t.optimizer == spec::Optimizer::kAdamW ? master + 8 : master + 4;
+}
+
+Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
+                                                  const spec::TrainingSpec& training,
+                                                  plan::Recompute recompute) {
+  StageMemoryModel M;
+  const auto& dims = lm.dims;
+  M.block = graph::analyze_activations(lm.block, dims);
+  M.embedding = graph::analyze_activations(lm.embedding, dims);
+  M.head = graph::analyze_activations(lm.head, dims);
+  // Unbound copies keep s, h, ... in the printed formulas.
+  const auto block_free = graph::analyze_activations(lm.block, {});
+  const auto emb_free = graph::analyze_activations(lm.embedding, {});
+  const auto head_free = graph::analyze_activations(lm.head, {});
+  const bool selective = recompute == plan::Recompute::kSelective;
+
+  const Expr l = S("l"), c = S("c"), p = S("p"), E = S("E"), H = S("H"), T = S("T");
+  const Expr zw = S("zw"), zg = S("zg"), zo = S("zo");
+  const Expr wo = S("wo"), go = S("go"), oo = S("oo"), ao = S("ao");
+  const Expr wb = Expr(spec::dtype_bytes(training.precision));
+  const Expr gb = Expr(spec::dtype_bytes(training.grad_dtype));
+  const Expr K = Expr(optimizer_bytes_per_param(training));
+
+  // Parameters held by one GPU of the stage, before ZeRO sharding.
+  const Expr P_blk = lm.block.params(), P_emb = lm.embedding.params();
+  const Expr P_head = lm.head.params() + T * lm.tied_head_params;
+  const Expr P_stage = l * P_blk + E * P_emb + H * P_head;
+
+  // Activations of one micro-batch on this stage (formula form and bound form).
+  const Expr A_blk = selective ? block_free.saved_selective : block_free.saved;
+  const Expr A_in = block_free.input;
+  const Expr A_mb = (l - c) * A_blk + c * A_in + E * emb_free.saved + H * head_free.saved;
+
+  // Transient bytes above the saved ones: the worst layer's forward or backward live set minus
+  // what that layer keeps anyway. A recomputed block rebuilds its activations in backward, so its
+  // excess is measured from its input only; min(c, 1) is 1 when the stage recomputes any block.
+  const Expr A_blk_b = selective ? M.block.saved_selective : M.block.saved;
+  const Expr bwd_blk_b = selective ? M.block.bwd_peak_selective : M.block.bwd_peak;
+  const Expr X_blk = sym::max(M.block.fwd_peak, bwd_blk_b) - A_blk_b +
+                     sym::min(c, Expr(1.0)) * (A_blk_b - M.block.input);
+  const Expr X_head = H * (sym::max(M.head.fwd_peak, M.head.bwd_peak) - M.head.saved);
+  const Expr X_emb = E * (sym::max(M.embedding.fwd_peak, M.embedding.bwd_peak) - M.embedding.saved);
+
+  const Expr P_max = sym::max({bound(P_blk, dims), E * bound(P_emb, dims), H * bound(P_head, dims)});
+  const double n_saved = M.block.saved_tensor_count;
+
+  const int wbi = spec::dtype_bytes(training.precision), gbi = spec::dtype_bytes(training.grad_dtype);
+  const int Ki = optimizer_bytes_per_param(training);
+  M.quantities = {
+      {"P_blk", "parameters of one block on one GPU", P_blk, false},
+      {"P_emb", "parameters of the embedding on one GPU", P_emb, false},
+      {"P_head", "parameters of the final norm and LM head on one GPU (T: tied copy)", P_head, false},
+      {"P_stage", "parameters of the stage on one GPU", P_stage, false},
+      {"A_blk", selective ? "activations one block saves for backward (selective recompute)"
+                          : "activations one block saves for backward",
+       A_blk},
+      {"A_in", "input of a block: all a fully recomputed block keeps", A_in},
+      {"A_emb", "activations the embedding saves", emb_free.saved},
+      {"A_head", "activations the final norm, LM head and loss save", head_free.saved},
+      {"A_mb", "activations of one micro-batch on the stage", A_mb},
+      {"X_blk", "a block's live bytes above what it keeps, worst of forward/backward", X_blk},
+      {"X_head", "the same for the head (logits and their fp32 copy)", X_head},
+  };
+  auto n = [](int v) { return std::to_string(v); };
+  M.terms = {
+      {"weights", "parameters in training precision, ZeRO-3 sharded, minus the offloaded share",
+       n(wbi) + "·P_stage·(1 - wo)/zw", wb * P_stage * (1 - wo) / zw},
+      {"gradients", "gradients in grad_dtype, sharded by ZeRO-2/3, minus the offloaded share",
+       n(gbi) + "·P_stage·(1 - go)/zg", gb * P_stage * (1 - go) / zg},
+      {"optimizer_states", "optimizer state (fp32 master, moments), sharded by ZeRO-1+, minus offload",
+       n(Ki) + "·P_stage·(1 - oo)/zo", K * P_stage * (1 - oo) / zo},
+      {"activations", "saved activations of the p micro-batches in flight, minus the offloaded share",
+       "p·(1 - ao)·A_mb", p * (1 - ao) * A_mb},
+      {"activation_transient",
+       "largest live set above the saved activations in one layer's forward or backward "
+       "(recompute included)",
+       "max(X_blk, X_head, X_emb)", sym::max({X_blk, X_head, X_emb})},
+      {"weight_buffers", "gathered/prefetched full weights of the largest layer, double-buffered",
+       "W·2·" + n(wbi) + "·max(P_blk, E·P_emb, H·P_head)", S("W") * 2 * wb * P_max},
+      {"gradient_buffers", "full gradients of the largest layer before reduce-scatter/offload, double-buffered",
+       "G·2·" + n(gbi) + "·max(P_blk, E·P_emb, H·P_head)", S("G") * 2 * gb * P_max},
+      {"offload_buffers", "one block's optimizer state and activations swapped back in",
+       "O·" + n(Ki) + "·P_blk/zo + A·ao·A_blk", S("O") * K * bound(P_blk, dims) / zo + S("A") * ao * A_blk},
+      {"pipeline_buffers", "send and receive buffers of the stage boundary activations",
+       "Q·2·A_in", S("Q") * 2 * block_free.output},
+      {"blas_workspace", "cuBLAS and cuBLASLt workspaces of the compute stream", "2·C_blas",
+       2 * S("C_blas")},
+      {"cuda_context", "CUDA driver context and loaded kernel images", "C_ctx", S("C_ctx"), false},
+      {"nccl_buffers", "NCCL channel buffers of the TP, DP and PP communicators", "C_nccl",
+       S("C_nccl"), false},
+      {"allocator_rounding",
+       "caching-allocator rounding to 2 MiB segments: about 1 MiB per saved activation tensor",
+       "1 MiB·p·(" + n(static_cast<int>(n_saved)) + "·(l - c) + c)",
+       Expr(kRoundingBytesPerAllocation) * p * ((l - c) * n_saved + c), false},
+  };
+  std::vector<Expr> all;
+  for (const auto& t : M.terms) all.push_back(t.formula);
+  M.peak = sym::sum(all);
+  M.block_activation = A_blk;
+  M.block_activation_recomputed = A_in;
+  M.host_bytes = wb * P_stage * wo / zw + gb * P_stage * go / zg + K * P_stage * oo / zo + p * ao * A_mb;
+
+  M.inputs = kShapeSymbols;
+  M.inputs.insert(M.inputs.end(), kKnobSymbols.begin(), kKnobSymbols.end());
+  std::vector<Expr> outs = all;
+  outs.push_back(M.peak);
+  outs.push_back(M.block_activation);
+  outs.push_back(M.block_activation_recomputed);
+  outs.push_back(M.host_bytes);
+  MIST_TRY(M.program, sym::Program::compile(outs, M.inputs));
+  return M;
+}
+
+double in_flight_micro_batches(const plan::Plan& p, int stage) {
+  const double G = static_cast<double>(p.grad_accum_steps);
+  const double pp = static_cast<double>(p.pp), i = stage;
+  const double v = static_cast<double>(p.virtual_pipeline_stages);
+  if (v <= 1) return std::min(pp - i, G);
+  // Interleaved 1F1B (Narayanan et al. SC21 §2.2; Megatron's warm-up count): rank i runs
+  // (pp - i - 1)·2 + (v - 1)·pp warm-up chunks, then holds one more, each chunk 1/v of the stage.
+  const double chunks = std::min((pp - i - 1) * 2 + (v - 1) * pp + 1, G * v);
+  return chunks / v;
+}
+
+Result<MemoryPrediction> predict_memory(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                        const spec::TrainingSpec& t, const plan::Plan& p) {
+  MIST_CHECK(plan::validate_plan(p, m, c, t));
+  const auto opts = graph::lowering_options(t, p.sequence_parallel && p.tp > 1);
+  const auto lm = graph::lower(m, t.seq_length, opts);
+  MIST_TRY(StageMemoryModel M, build_stage_memory_model(lm, t, p.recompute));
+
+  const double nccl = nccl_buffer_bytes(p, c);
+  const size_t rows = p.stages.size();
+  const size_t n_in = M.inputs.size();
+  std::vector<double> in(n_in * rows), out(M.program.num_outputs() * rows);
+  std::vector<sym::Bindings> knobs(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    const auto& st = p.stages[r];
+    const double dp = static_cast<double>(p.dp);
+    const bool first = r == 0, last = r + 1 == rows;
+    sym::Bindings k = lm.dims;
+    k["b"] = static_cast<double>(p.micro_batch_size);
+    k["t"] = static_cast<double>(p.tp);
+    k["d"] = dp;
+    k["l"] = static_cast<double>(st.num_layers);
+    k["c"] = static_cast<double>(st.ckpt_layers);
+    k["p"] = in_flight_micro_batches(p, static_cast<int>(r));
+    k["zw"] = st.zero >= 3 ? dp : 1.0;
+    k["zg"] = st.zero >= 2 ? dp : 1.0;
+    k["zo"] = st.zero >= 1 ? dp : 1.0;
+    k["wo"] = st.offload.weights;
+    k["go"] = st.offload.gradients;
+    k["oo"] = st.offload.optimizer_states;
+    k["ao"] = st.offload.activations;
+    k["E"] = first ? 1.0 : 0.0;
+    k["H"] = last ? 1.0 : 0.0;
+    k["T"] = last && p.pp > 1 && m.tie_word_embeddings ? 1.0 : 0.0;
+    k["Q"] = p.pp > 1 ? 1.0 : 0.0;
+    k["W"] = (st.zero >= 3 && p.dp > 1) || st.offload.weights > 0 ? 1.0 : 0.0;
+    k["G"] = (st.zero >= 2 && p.dp > 1) || st.offload.gradients > 0 ? 1.0 : 0.0;
+    k["O"] = st.offload.optimizer_states > 0 ? 1.0 : 0.0;
+    k["A"] = st.offload.activations > 0 ? 1.0 : 0.0;
+    k["C_ctx"] = c.gpu.cuda_context_bytes;
+    k["C_blas"] = c.gpu.blas_workspace_bytes;
+    k["C_nccl"] = nccl;
+    for (size_t i = 0; i < n_in; ++i) in[i * rows + r] = k.at(M.inputs[i]);
+    knobs[r] = std::move(k);
+  }
+  M.program.evaluate(in, rows, out);
+
+  MemoryPrediction pred;
+  pred.fits = true;
+  const size_t nt = M.terms.size();
+  double host_max = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    StageMemory s;
+    s.index = static_cast<int>(r);
+    s.num_layers = p.stages[r].num_layers;
+    s.ckpt_layers = p.stages[r].ckpt_layers;
+    s.in_flight = knobs[r].at("p");
+    for (size_t i = 0; i < nt; ++i) {
+      double v = out[i * rows + r];
+      s.terms.push_back({M.terms[i].name, M.terms[i].description, M.terms[i].display,
+                         M.terms[i].formula.str(), v});
+      if (M.terms[i].allocated) s.peak_allocated_bytes += v;
+    }
+    s.peak_bytes = out[nt * rows + r];
+    // Inputs are bounded one by one, but their product can still be absurd (a 1e9 batch of 1e7
+    // tokens): refuse to report memory beyond 1 EiB rather than print a meaningless number.
+    if (!std::isfinite(s.peak_bytes) || s.peak_bytes > units::kMaxBytes)
+      return fail("plan", fmt::format("stage {} would need {:.3g} bytes per GPU, beyond any real machine: "
+                                      "check micro_batch_size, seq_length and the model sizes",
+                                      r, s.peak_bytes));
+    s.block_activation_bytes = out[(nt + 1) * rows + r];
+    s.block_activation_bytes_recomputed = out[(nt + 2) * rows + r];
+    s.host_bytes = out[(nt + 3) * rows + r];
+    s.capacity_bytes = c.gpu.memory_bytes;
+    s.fits = s.peak_bytes <= s.capacity_bytes;
+    for (const auto& q : M.quantities) {
+      auto v = sym::evaluate(q.formula, knobs[r]);
+      s.quantities.push_back({q.name, q.description, q.name, q.formula.str(), v ? *v : 0.0, q.is_bytes});
+    }
+    s.knobs = knobs[r];
+    pred.fits = pred.fits && s.fits;
+    host_max = std::max(host_max, s.host_bytes);
+    pred.stages.push_back(std::move(s));
+  }
+  // A node hosts gpus_per_node GPUs; bound their host use by the busiest stage's.
+  pred.host_bytes_per_node = host_max * static_cast<double>(c.gpus_per_node);
+  pred.host_capacity_bytes = c.host_memory_bytes;
+  pred.host_fits = pred.host_bytes_per_node <= pred.host_capacity_bytes;
+  pred.fits = pred.fits && pred.host_fits;
+  return pred;
+}
+
+}  // namespace mist::analysis

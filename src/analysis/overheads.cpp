@@ -1,0 +1,33 @@
+#include "analysis/overheads.hpp"
+
+namespace mist::analysis {
+
+Communicators communicators_of(const plan::Plan& p, const spec::ClusterSpec& c) {
+  Communicators k;
+  k.tp_size = p.tp;
+  k.dp_size = p.dp;
+  k.pp_size = p.pp;
+  // Megatron's rank order puts TP innermost, then DP: a DP group stays in a node while tp·dp fits.
+  k.dp_crosses_nodes = p.tp * p.dp > c.gpus_per_node;
+  return k;
+}
+
+int nccl_channels(const spec::ClusterSpec& c, bool crosses_nodes) {
+  if (crosses_nodes) return 8;          // rings over InfiniBand/RoCE: a few channels per NIC
+  if (c.gpu.link_bw > 0) return 32;     // NVLink/NVSwitch: NCCL's maximum on Ampere/Hopper
+  return 4;                             // PCIe only
+}
+
+double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c) {
+  const Communicators k = communicators_of(p, c);
+  const bool tp_crosses = p.tp > c.gpus_per_node;
+  double bytes = 0;
+  // Ring collectives talk to two peers per channel.
+  if (k.tp_size > 1) bytes += 2.0 * nccl_channels(c, tp_crosses) * kNcclBytesPerPeerChannel;
+  if (k.dp_size > 1) bytes += 2.0 * nccl_channels(c, k.dp_crosses_nodes) * kNcclBytesPerPeerChannel;
+  // Pipeline send/recv: two neighbours, NCCL's default of 2 channels per p2p peer.
+  if (k.pp_size > 1) bytes += 2.0 * 2.0 * kNcclBytesPerPeerChannel;
+  return bytes;
+}
+
+}  // namespace mist::analysis

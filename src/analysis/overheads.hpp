@@ -1,0 +1,27 @@
+// Framework memory that no tensor accounts for: CUDA context, BLAS workspaces, NCCL buffers.
+// Each is a documented estimate (docs/memory-model.md has the sources).
+#pragma once
+
+#include <cstdint>
+
+#include "plan/plan.hpp"
+#include "spec/cluster.hpp"
+
+namespace mist::analysis {
+
+// NCCL buffers per peer per channel with default settings: Simple 4 MiB (NCCL_BUFFSIZE),
+// LL128 4.69 MiB and LL 0.5 MiB (the DEFAULT_*_BUFFSIZE constants of NCCL's source).
+inline constexpr double kNcclBytesPerPeerChannel = 4194304.0 + 4915200.0 + 524288.0;
+
+struct Communicators {
+  int64_t tp_size = 1, dp_size = 1, pp_size = 1;
+  bool dp_crosses_nodes = false;  // DP groups span nodes when tp·dp > gpus_per_node
+};
+
+Communicators communicators_of(const plan::Plan& p, const spec::ClusterSpec& c);
+// Channels NCCL opens for a communicator on this link (an estimate; see docs).
+int nccl_channels(const spec::ClusterSpec& c, bool crosses_nodes);
+// NCCL buffer bytes held by one GPU for all communicators it belongs to.
+double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c);
+
+}  // namespace mist::analysis

@@ -1,0 +1,17 @@
+// The `mist` command line: parses arguments, loads the job, calls the libraries, prints.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mist::cli {
+
+// Exit statuses (docs/cli.md): 0 success, 1 internal error, 2 invalid input or usage.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInternal = 1;
+inline constexpr int kExitInvalidInput = 2;
+
+// Runs the command line; output goes to `out`, diagnostics to `err`.
+int run(const std::vector<std::string>& args, std::string& out, std::string& err);
+
+}  // namespace mist::cli

@@ -1,0 +1,120 @@
+#include "cli/report.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/units.hpp"
+
+namespace mist::cli {
+
+std::string format_bytes(double bytes) {
+  const double a = std::fabs(bytes);
+  if (a >= units::kGiB) return fmt::format("{:.2f} GiB", bytes / units::kGiB);
+  if (a >= units::kMiB) return fmt::format("{:.1f} MiB", bytes / units::kMiB);
+  if (a >= units::kKiB) return fmt::format("{:.1f} KiB", bytes / units::kKiB);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+namespace {
+
+double term(const analysis::StageMemory& s, const std::string& name) {
+  for (const auto& t : s.terms)
+    if (t.name == name) return t.bytes;
+  return 0;
+}
+
+std::string header(const Job& job) {
+  const auto& p = job.plan;
+  return fmt::format(
+      "model {} ({} layers, h {}, {:.2f}B params) on {} × {} {} | dp {} tp {}{} pp {}{} | "
+      "micro-batch {} × {} accumulation = global batch {} | seq {} {}\n",
+      job.model.name, job.model.num_layers, job.model.hidden_size, job.model.num_parameters() / 1e9,
+      job.cluster.nodes, job.cluster.gpus_per_node, job.cluster.gpu.name, p.dp, p.tp,
+      p.sequence_parallel ? "+sp" : "", p.pp,
+      p.virtual_pipeline_stages > 1 ? fmt::format(" (v {})", p.virtual_pipeline_stages) : "",
+      p.micro_batch_size, p.grad_accum_steps, job.training.global_batch_size, job.training.seq_length,
+      spec::to_string(job.training.precision));
+}
+
+}  // namespace
+
+Json prediction_json(const Job& job, const analysis::MemoryPrediction& p) {
+  Json stages = Json::array();
+  for (const auto& s : p.stages) {
+    Json mem = Json::object();
+    for (const auto& t : s.terms) mem[t.name] = t.bytes;
+    stages.push_back({{"index", s.index},
+                      {"num_layers", s.num_layers},
+                      {"ckpt_layers", s.ckpt_layers},
+                      {"in_flight_micro_batches", s.in_flight},
+                      {"peak_memory_bytes", s.peak_bytes},
+                      {"peak_allocated_bytes", s.peak_allocated_bytes},
+                      {"capacity_bytes", s.capacity_bytes},
+                      {"fits", s.fits},
+                      {"shortfall_bytes", std::max(0.0, s.peak_bytes - s.capacity_bytes)},
+                      {"memory", mem},
+                      {"block_activation_bytes", s.block_activation_bytes},
+                      {"block_activation_bytes_recomputed", s.block_activation_bytes_recomputed},
+                      {"host_memory_bytes", s.host_bytes}});
+  }
+  return Json{{"model", job.model.name},
+              {"num_parameters", job.model.num_parameters()},
+              {"cluster", spec::cluster_to_json(job.cluster)},
+              {"training", spec::training_to_json(job.training)},
+              {"plan", plan::plan_to_json(job.plan)},
+              {"fits", p.fits},
+              {"host_memory_bytes_per_node", p.host_bytes_per_node},
+              {"host_memory_capacity_bytes", p.host_capacity_bytes},
+              {"host_fits", p.host_fits},
+              {"stages", stages}};
+}
+
+std::string prediction_text(const Job& job, const analysis::MemoryPrediction& p) {
+  std::string out = header(job);
+  out += fmt::format("{:>5} {:>6} {:>5} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n",
+                     "stage", "layers", "ckpt", "flight", "weights", "grads", "optimizer",
+                     "activations", "other", "peak", "capacity", "fits");
+  for (const auto& s : p.stages) {
+    const double states = term(s, "weights") + term(s, "gradients") + term(s, "optimizer_states");
+    const double other = s.peak_bytes - states - term(s, "activations");
+    out += fmt::format("{:>5} {:>6} {:>5} {:>7.3g} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n",
+                       s.index, s.num_layers, s.ckpt_layers, s.in_flight, format_bytes(term(s, "weights")),
+                       format_bytes(term(s, "gradients")), format_bytes(term(s, "optimizer_states")),
+                       format_bytes(term(s, "activations")), format_bytes(other), format_bytes(s.peak_bytes),
+                       format_bytes(s.capacity_bytes),
+                       s.fits ? "yes" : "NO, short " + format_bytes(s.peak_bytes - s.capacity_bytes));
+  }
+  if (p.host_bytes_per_node > 0 || !p.host_fits)
+    out += fmt::format("host memory per node for offloaded state: {} of {}{}\n",
+                       format_bytes(p.host_bytes_per_node), format_bytes(p.host_capacity_bytes),
+                       p.host_fits ? "" : "  (does NOT fit)");
+  out += p.fits ? "The plan fits.\n" : "The plan does NOT fit.\n";
+  return out;
+}
+
+std::string explanation_text(const Job& job, const analysis::MemoryPrediction& p) {
+  std::string out = header(job);
+  for (const auto& s : p.stages) {
+    out += fmt::format("\nstage {}: {} blocks ({} recomputed), {:.3g} micro-batches in flight{}{}\n", s.index,
+                       s.num_layers, s.ckpt_layers, s.in_flight, s.index == 0 ? ", embedding" : "",
+                       s.index + 1 == static_cast<int>(p.stages.size()) ? ", LM head and loss" : "");
+    for (const auto& t : s.terms) {
+      out += fmt::format("  {:<22} {:>11}  = {}\n", t.name, format_bytes(t.bytes), t.display);
+      out += fmt::format("  {:<22} {:>11}    {}\n", "", "", t.description);
+    }
+    out += fmt::format("  {:<22} {:>11}  (capacity {}: {})\n", "peak", format_bytes(s.peak_bytes),
+                       format_bytes(s.capacity_bytes), s.fits ? "fits" : "does NOT fit");
+    out += "  where\n";
+    for (const auto& q : s.quantities)
+      out += fmt::format("    {:<8} {:>11}  = {}\n    {:<8} {:>11}    {}\n", q.name,
+                         q.is_bytes ? format_bytes(q.bytes) : fmt::format("{:.4g}", q.bytes), q.formula, "",
+                         "", q.description);
+    std::string knobs;
+    for (const auto& [k, v] : s.knobs) knobs += fmt::format("{}={:g} ", k, v);
+    out += "  with " + knobs + "\n";
+  }
+  return out;
+}
+
+}  // namespace mist::cli

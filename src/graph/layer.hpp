@@ -1,0 +1,91 @@
+// A model lowered into layers of ops with symbolic shapes (per GPU, per micro-batch).
+//
+// Symbols (docs/memory-model.md has the full legend):
+//   b micro-batch size   s sequence length   h hidden size   a query heads   g key/value heads
+//   f FFN hidden size    V vocabulary size   t tensor-parallel degree
+// Sizes are in bytes for one micro-batch on one GPU, after tensor (and sequence) parallel
+// sharding. FLOPs count multiply-adds as 2.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "symbolic/expr.hpp"
+
+namespace mist::graph {
+
+using sym::Expr;
+
+// The symbols of the lowering, shared with the analysis.
+struct Symbols {
+  Expr b = Expr::symbol("b"), s = Expr::symbol("s"), h = Expr::symbol("h"),
+       a = Expr::symbol("a"), g = Expr::symbol("g"), f = Expr::symbol("f"),
+       V = Expr::symbol("V"), t = Expr::symbol("t");
+};
+const Symbols& symbols();
+
+enum class CommKind { kNone, kAllReduce, kAllGather, kReduceScatter };
+const char* to_string(CommKind k);
+
+// A tensor-parallel collective on an op's activation (Megatron's f/g operators).
+struct TpComm {
+  CommKind kind = CommKind::kNone;
+  Expr bytes;  // size of the full (unsharded) tensor exchanged
+};
+
+struct Tensor {
+  std::string name;
+  Expr bytes;                 // 0 for a view
+  bool requires_grad = true;  // false for token ids, masks and statistics
+  int view_of = -1;           // a view (q, k, v split from qkv) keeps its base storage alive
+};
+
+struct Op {
+  std::string name;  // "attn.qkv"
+  std::string kind;  // "linear", "layernorm", "rmsnorm", "bmm", "softmax", "dropout", ...
+  std::vector<int> inputs, outputs, saved;  // tensor ids in Layer::tensors
+  std::vector<int> temporaries;             // allocated and freed inside the op (forward)
+  Expr params;                              // parameters this op holds on one GPU
+  Expr fwd_flops, bwd_flops;                // backward = input grads + weight grads
+  Expr bytes_read, bytes_written;           // forward memory traffic
+  bool attention_core = false;              // recomputed by selective recompute
+  bool backward_in_place = false;           // input grad overwrites the saved tensor (Megatron's CE)
+  TpComm fwd_comm, bwd_comm;                // collective after the op (fwd) / before its grad (bwd)
+};
+
+enum class LayerKind { kEmbedding, kBlock, kHead };
+
+struct Layer {
+  std::string name;
+  LayerKind kind = LayerKind::kBlock;
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;
+  int input = -1;   // tensor id of the layer input (produced upstream)
+  int output = -1;  // tensor id passed downstream
+
+  Expr params() const;  // Σ op params (per GPU)
+  Expr fwd_flops() const;
+  Expr bwd_flops() const;
+};
+
+// Options that change which ops exist, not their sizes.
+struct LoweringOptions {
+  bool sequence_parallel = false;
+  bool flash_attention = true;
+  bool dropout = false;
+  int act_bytes = 2;   // bytes per activation element (training precision)
+};
+
+struct LoweredModel {
+  Layer embedding;   // stage 0: token (+ position) embedding
+  Layer block;       // one transformer block; every block of the model has this shape
+  Layer head;        // last stage: final norm, LM head, loss
+  long num_blocks = 0;
+  // The LM head weight when it is tied to the embedding: held once with pp = 1, and as a
+  // second copy on the last stage with pp > 1 (Megatron keeps both and all-reduces their grads).
+  Expr tied_head_params;
+  LoweringOptions options;
+  sym::Bindings dims;  // values of s, h, a, g, f, V for this model and sequence length
+};
+
+}  // namespace mist::graph

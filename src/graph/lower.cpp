@@ -1,0 +1,424 @@
+// Lowering, modelled on Megatron-LM (megatron/core/transformer, tensor_parallel): what each op
+// keeps for backward is what decides activation memory, so each op below says what it saves.
+// Korthikanti et al. 2022 (arXiv 2205.05198) §4 count the same tensors for a GPT block.
+#include "graph/lower.hpp"
+
+#include <utility>
+
+namespace mist::graph {
+
+namespace {
+
+using spec::ModelSpec;
+
+class LayerBuilder {
+ public:
+  LayerBuilder(std::string name, LayerKind kind, const LoweringOptions& o) : o_(o) {
+    layer_.name = std::move(name);
+    layer_.kind = kind;
+  }
+
+  int tensor(std::string name, Expr bytes, bool grad = true) {
+    layer_.tensors.push_back(Tensor{std::move(name), std::move(bytes), grad, -1});
+    return static_cast<int>(layer_.tensors.size()) - 1;
+  }
+  int view(std::string name, int base) {
+    layer_.tensors.push_back(Tensor{std::move(name), Expr(0.0), true, base});
+    return static_cast<int>(layer_.tensors.size()) - 1;
+  }
+  Op& op(std::string name, std::string kind, std::vector<int> in, std::vector<int> out,
+         std::vector<int> saved) {
+    Op o;
+    o.name = std::move(name);
+    o.kind = std::move(kind);
+    o.inputs = std::move(in);
+    o.outputs = std::move(out);
+    o.saved = std::move(saved);
+    layer_.ops.push_back(std::move(o));
+    return layer_.ops.back();
+  }
+  const Expr& bytes(int id) const { return layer_.tensors[id].bytes; }
+  Layer done(int input, int output) {
+    layer_.input = input;
+    layer_.output = output;
+    return std::move(layer_);
+  }
+
+  const LoweringOptions& o_;
+
+ private:
+  Layer layer_;
+};
+
+const Symbols& S() { return symbols(); }
+Expr w(const LoweringOptions& o) { return Expr(o.act_bytes); }
+// Sequence-parallel regions (norms, dropout, residual) are split t ways along the sequence.
+Expr region(const LoweringOptions& o) { return o.sequence_parallel ? S().t : Expr(1.0); }
+Expr sb() { return S().s * S().b; }
+
+// LayerNorm / RMSNorm: saves its input and the per-token statistics (fp32 mean and rstd for
+// LayerNorm, rstd for RMSNorm).
+int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const ModelSpec&) {
+  const auto& o = B.o_;
+  Expr n = sb() * S().h / region(o);
+  int y = B.tensor(name + ".out", n * w(o));
+  bool ln = kind == spec::Norm::kLayerNorm;
+  int stats = B.tensor(name + ".stats", sb() / region(o) * (ln ? 8 : 4), false);
+  Op& op = B.op(name, ln ? "layernorm" : "rmsnorm", {x}, {y, stats}, {x, stats});
+  op.params = ln ? 2 * S().h : S().h;
+  op.fwd_flops = (ln ? 8 : 5) * n;
+  op.bwd_flops = 2 * op.fwd_flops;
+  op.bytes_read = n * w(o) + op.params * w(o);
+  op.bytes_written = n * w(o);
+  return y;
+}
+
+// Column-parallel linear h -> out (out already divided by t): saves its input. Under sequence
+// parallelism the input is all-gathered into a temporary and the saved copy is the local shard
+// (Megatron re-gathers it in backward).
+int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_features, Expr out,
+                  Expr bias, bool owns_weight = true) {
+  const auto& o = B.o_;
+  int y = B.tensor(name + ".out", sb() * out * w(o));
+  Op& op = B.op(name, "linear", {x}, {y}, {x});
+  Expr full_in = sb() * in_features * w(o);
+  if (o.sequence_parallel) {
+    op.temporaries.push_back(B.tensor(name + ".gathered_input", full_in, false));
+    op.fwd_comm = {CommKind::kAllGather, full_in};
+    op.bwd_comm = {CommKind::kReduceScatter, full_in};
+  } else {
+    op.bwd_comm = {CommKind::kAllReduce, full_in};
+  }
+  op.params = (owns_weight ? in_features * out : Expr(0.0)) + bias;
+  op.fwd_flops = 2 * sb() * in_features * out;
+  op.bwd_flops = 2 * op.fwd_flops;
+  op.bytes_read = full_in + (in_features * out + bias) * w(o);
+  op.bytes_written = B.bytes(y);
+  return y;
+}
+
+// Row-parallel linear in (already divided by t) -> h: saves its input; the partial sums are
+// all-reduced (or reduce-scattered under sequence parallelism).
+int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bias) {
+  const auto& o = B.o_;
+  Expr full_out = sb() * S().h * w(o);
+  int y = B.tensor(name + ".out", full_out / region(o));
+  Op& op = B.op(name, "linear", {x}, {y}, {x});
+  if (o.sequence_parallel) {
+    op.temporaries.push_back(B.tensor(name + ".partial_sum", full_out, false));
+    op.fwd_comm = {CommKind::kReduceScatter, full_out};
+    op.bwd_comm = {CommKind::kAllGather, full_out};
+  } else {
+    op.fwd_comm = {CommKind::kAllReduce, full_out};
+  }
+  // The bias of a row-parallel layer is replicated, added after the reduction.
+  op.params = in * S().h + (bias ? S().h : Expr(0.0));
+  op.fwd_flops = 2 * sb() * in * S().h;
+  op.bwd_flops = 2 * op.fwd_flops;
+  op.bytes_read = sb() * in * w(o) + op.params * w(o);
+  op.bytes_written = full_out;
+  return y;
+}
+
+// Dropout keeps a 1-byte mask per element (Megatron's fused bias-dropout-add does the same).
+int dropout(LayerBuilder& B, const std::string& name, int x, Expr elements) {
+  const auto& o = B.o_;
+  if (!o.dropout) return x;
+  int mask = B.tensor(name + ".mask", elements, false);
+  int y = B.tensor(name + ".out", elements * w(o));
+  Op& op = B.op(name, "dropout", {x}, {y, mask}, {mask});
+  op.fwd_flops = 2 * elements;
+  op.bwd_flops = elements;
+  op.bytes_read = elements * w(o);
+  op.bytes_written = elements * (w(o) + 1);
+  return y;
+}
+
+int residual_add(LayerBuilder& B, const std::string& name, int x, int y) {
+  const auto& o = B.o_;
+  Expr n = sb() * S().h / region(o);
+  int z = B.tensor(name + ".out", n * w(o));
+  Op& op = B.op(name, "add", {x, y}, {z}, {});
+  op.fwd_flops = n;
+  op.bwd_flops = Expr(0.0);
+  op.bytes_read = 2 * n * w(o);
+  op.bytes_written = n * w(o);
+  return z;
+}
+
+// Self-attention core. Without flash attention: scores = q·kᵀ (saves q, k), softmax (saves its
+// output), dropout (mask), context = p·v (saves p, v); GQA repeats k and v to all heads first, as
+// Megatron's DotProductAttention does. With flash attention: saves q, k, v, the output and the
+// fp32 log-sum-exp; no s² tensor exists.
+int attention_core(LayerBuilder& B, int q, int k, int v) {
+  const auto& o = B.o_;
+  const auto& s = S();
+  Expr heads = s.a / s.t;
+  Expr ctx_bytes = sb() * s.h / s.t * w(o);
+  if (o.flash_attention) {
+    int ctx = B.tensor("attn.core.out", ctx_bytes);
+    int lse = B.tensor("attn.core.lse", s.b * heads * s.s * 4, false);
+    Op& op = B.op("attn.core", "flash_attention", {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
+    op.attention_core = true;
+    op.fwd_flops = 4 * s.b * s.s * s.s * s.h / s.t;
+    op.bwd_flops = 10 * s.b * s.s * s.s * s.h / s.t;  // 2x the matmuls + recomputed q·kᵀ
+    op.bytes_read = 3 * ctx_bytes;
+    op.bytes_written = ctx_bytes;
+    return ctx;
+  }
+  Expr scores = s.b * heads * s.s * s.s;
+  int ke = k, ve = v;
+  int sc = B.tensor("attn.scores", scores * w(o));
+  Op& qk = B.op("attn.qk", "bmm", {q, ke}, {sc}, {q, ke});
+  qk.attention_core = true;
+  qk.fwd_flops = 2 * s.b * s.s * s.s * s.h / s.t;
+  qk.bwd_flops = 2 * qk.fwd_flops;
+  qk.bytes_read = 2 * ctx_bytes;
+  qk.bytes_written = scores * w(o);
+  int p = B.tensor("attn.probs", scores * w(o));
+  Op& sm = B.op("attn.softmax", "softmax", {sc}, {p}, {p});
+  sm.attention_core = true;
+  sm.fwd_flops = 5 * scores;
+  sm.bwd_flops = 3 * scores;
+  sm.bytes_read = scores * w(o);
+  sm.bytes_written = scores * w(o);
+  int pd = p;
+  if (o.dropout) {
+    int mask = B.tensor("attn.dropout.mask", scores, false);
+    pd = B.tensor("attn.dropout.out", scores * w(o));
+    Op& d = B.op("attn.dropout", "dropout", {p}, {pd, mask}, {mask});
+    d.attention_core = true;
+    d.fwd_flops = 2 * scores;
+    d.bwd_flops = scores;
+    d.bytes_read = scores * w(o);
+    d.bytes_written = scores * (w(o) + 1);
+  }
+  int ctx = B.tensor("attn.context", ctx_bytes);
+  Op& pv = B.op("attn.pv", "bmm", {pd, ve}, {ctx}, {pd, ve});
+  pv.attention_core = true;
+  pv.fwd_flops = 2 * s.b * s.s * s.s * s.h / s.t;
+  pv.bwd_flops = 2 * pv.fwd_flops;
+  pv.bytes_read = scores * w(o) + ctx_bytes;
+  pv.bytes_written = ctx_bytes;
+  return ctx;
+}
+
+// QKV projection, split into views, rotary embedding on q and k, GQA expansion (non-flash only),
+// attention core, output projection. Returns the output of the projection (before dropout).
+int attention(LayerBuilder& B, int x, const ModelSpec& m) {
+  const auto& o = B.o_;
+  const auto& s = S();
+  Expr kv_width = s.h * s.g / s.a;  // g heads of size h/a
+  Expr q_bytes = sb() * s.h / s.t * w(o);
+  Expr kv_bytes = sb() * kv_width / s.t * w(o);
+  Expr qkv_bias = m.qkv_bias ? (s.h + 2 * kv_width) / s.t : Expr(0.0);
+  int qkv = column_linear(B, "attn.qkv", x, s.h, (s.h + 2 * kv_width) / s.t, qkv_bias);
+  // q, k, v are views of one allocation: saving any of them keeps all of qkv alive.
+  int q = B.view("attn.q", qkv), k = B.view("attn.k", qkv), v = B.view("attn.v", qkv);
+  B.op("attn.split", "view", {qkv}, {q, k, v}, {});
+  if (m.positions == spec::Positions::kRotary) {
+    // Out-of-place rotary (Megatron's apply_rotary_pos_emb): new q and k, saves only cos/sin.
+    int qr = B.tensor("attn.q_rot", q_bytes), kr = B.tensor("attn.k_rot", kv_bytes);
+    Op& r = B.op("attn.rotary", "rotary", {q, k}, {qr, kr}, {});
+    r.fwd_flops = 3 * sb() * (s.h + kv_width) / s.t;
+    r.bwd_flops = r.fwd_flops;
+    r.bytes_read = q_bytes + kv_bytes;
+    r.bytes_written = q_bytes + kv_bytes;
+    q = qr;
+    k = kr;
+  }
+  if (!o.flash_attention && m.num_kv_heads != m.num_heads) {
+    int ke = B.tensor("attn.k_expanded", q_bytes), ve = B.tensor("attn.v_expanded", q_bytes);
+    Op& e = B.op("attn.expand_kv", "repeat", {k, v}, {ke, ve}, {});
+    e.attention_core = true;
+    e.bytes_read = 2 * kv_bytes;
+    e.bytes_written = 2 * q_bytes;
+    e.fwd_flops = Expr(0.0);
+    e.bwd_flops = 2 * sb() * s.h / s.t;
+    k = ke;
+    v = ve;
+  }
+  int ctx = attention_core(B, q, k, v);
+  return row_linear(B, "attn.proj", ctx, s.h / s.t, m.linear_bias);
+}
+
+// MLP: GELU (h -> f -> h) or SwiGLU (h -> 2f -> f -> h; Megatron's fused bias_swiglu saves only
+// its input). Returns the output of the down projection.
+int mlp(LayerBuilder& B, int x, const ModelSpec& m) {
+  const auto& o = B.o_;
+  const auto& s = S();
+  Expr act = sb() * s.f / s.t;
+  if (m.mlp == spec::Mlp::kSwiGlu) {
+    Expr bias = m.linear_bias ? 2 * s.f / s.t : Expr(0.0);
+    int gu = column_linear(B, "mlp.gate_up", x, s.h, 2 * s.f / s.t, bias);
+    int y = B.tensor("mlp.swiglu.out", act * w(o));
+    Op& op = B.op("mlp.swiglu", "swiglu", {gu}, {y}, {gu});
+    op.fwd_flops = 4 * act;
+    op.bwd_flops = 8 * act;
+    op.bytes_read = 2 * act * w(o);
+    op.bytes_written = act * w(o);
+    return row_linear(B, "mlp.down", y, s.f / s.t, m.linear_bias);
+  }
+  Expr bias = m.linear_bias ? s.f / s.t : Expr(0.0);
+  int h1 = column_linear(B, "mlp.fc1", x, s.h, s.f / s.t, bias);
+  int y = B.tensor("mlp.gelu.out", act * w(o));
+  Op& op = B.op("mlp.gelu", "gelu", {h1}, {y}, {h1});
+  op.fwd_flops = 8 * act;
+  op.bwd_flops = 12 * act;
+  op.bytes_read = act * w(o);
+  op.bytes_written = act * w(o);
+  return row_linear(B, "mlp.fc2", y, s.f / s.t, m.linear_bias);
+}
+
+Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
+  LayerBuilder B("block", LayerKind::kBlock, o);
+  Expr region_elems = sb() * S().h / region(o);
+  int x = B.tensor("block.input", region_elems * w(o));
+  if (m.parallel_block) {
+    // Falcon: attention and MLP read the same normed input (or one norm each), one residual.
+    int xa = norm(B, "ln_attn", x, m.norm, m);
+    int xm = m.norms_per_block >= 2 ? norm(B, "ln_mlp", x, m.norm, m) : xa;
+    int ya = attention(B, xa, m);
+    int ym = mlp(B, xm, m);
+    int y = residual_add(B, "attn_mlp_sum", ya, ym);
+    y = dropout(B, "dropout", y, region_elems);
+    int out = residual_add(B, "residual", x, y);
+    return B.done(x, out);
+  }
+  int x1 = norm(B, "ln1", x, m.norm, m);
+  int ya = attention(B, x1, m);
+  ya = dropout(B, "attn.dropout_out", ya, region_elems);
+  int r1 = residual_add(B, "residual1", x, ya);
+  int x2 = norm(B, "ln2", r1, m.norm, m);
+  int ym = mlp(B, x2, m);
+  ym = dropout(B, "mlp.dropout_out", ym, region_elems);
+  int out = residual_add(B, "residual2", r1, ym);
+  return B.done(x, out);
+}
+
+Layer lower_embedding(const ModelSpec& m, const LoweringOptions& o) {
+  const auto& s = S();
+  LayerBuilder B("embedding", LayerKind::kEmbedding, o);
+  int tokens = B.tensor("tokens", sb() * 8, false);  // int64 ids
+  Expr full = sb() * s.h * w(o);
+  int e = B.tensor("embedding.word.out", full / region(o));
+  // Vocab-parallel lookup: each rank holds V/t rows, outputs are summed across ranks.
+  Op& op = B.op("embedding.word", "embedding", {tokens}, {e}, {tokens});
+  op.params = s.V * s.h / s.t;
+  op.fwd_flops = Expr(0.0);
+  op.bwd_flops = sb() * s.h;
+  op.bytes_read = full;
+  op.bytes_written = full;
+  if (o.sequence_parallel) {
+    op.temporaries.push_back(B.tensor("embedding.partial_sum", full, false));
+    op.fwd_comm = {CommKind::kReduceScatter, full};
+  } else {
+    op.fwd_comm = {CommKind::kAllReduce, full};
+  }
+  int out = e;
+  if (m.positions == spec::Positions::kLearned) {
+    out = B.tensor("embedding.position.out", full / region(o));
+    Op& p = B.op("embedding.position", "add", {e}, {out}, {});
+    p.params = Expr(static_cast<double>(m.max_position_embeddings)) * s.h;
+    p.fwd_flops = sb() * s.h / region(o);
+    p.bwd_flops = sb() * s.h / region(o);
+    p.bytes_read = 2 * full / region(o);
+    p.bytes_written = full / region(o);
+  }
+  out = dropout(B, "embedding.dropout", out, sb() * s.h / region(o));
+  return B.done(tokens, out);
+}
+
+Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
+  const auto& s = S();
+  LayerBuilder B("head", LayerKind::kHead, o);
+  int x = B.tensor("head.input", sb() * s.h / region(o) * w(o));
+  int xn = norm(B, "final_norm", x, m.norm, m);
+  // Column-parallel over the vocabulary. A tied weight is counted in
+  // LoweredModel::tied_head_params instead of here.
+  int logits = column_linear(B, "lm_head", xn, s.h, s.V / s.t, Expr(0.0), !m.tie_word_embeddings);
+  Expr n_logits = sb() * s.V / s.t;
+  int loss_in = logits;
+  if (o.act_bytes != 4) {
+    // Megatron computes the loss in fp32 (fp16_lm_cross_entropy off by default).
+    loss_in = B.tensor("loss.logits_fp32", n_logits * 4);
+    Op& c = B.op("loss.to_fp32", "cast", {logits}, {loss_in}, {});
+    c.fwd_flops = Expr(0.0);
+    c.bwd_flops = Expr(0.0);
+    c.bytes_read = n_logits * w(o);
+    c.bytes_written = n_logits * 4;
+  }
+  // Vocab-parallel cross entropy: exponentiates the fp32 logits in place and keeps them; its
+  // backward turns them into the gradient in place. Also keeps the target mask and ids.
+  int loss = B.tensor("loss.value", sb() * 4);
+  int targets = B.tensor("loss.targets", sb() * 9, false);
+  Op& ce = B.op("loss.cross_entropy", "cross_entropy", {loss_in}, {loss, targets}, {loss_in, targets});
+  ce.backward_in_place = true;
+  ce.fwd_flops = 5 * n_logits;
+  ce.bwd_flops = 2 * n_logits;
+  ce.bytes_read = 2 * n_logits * 4;
+  ce.bytes_written = n_logits * 4;
+  ce.fwd_comm = {CommKind::kAllReduce, sb() * 4 * 3};  // max, sum-exp and target logit
+  return B.done(x, loss);
+}
+
+}  // namespace
+
+const Symbols& symbols() {
+  static const Symbols kSymbols;
+  return kSymbols;
+}
+
+LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequence_parallel) {
+  LoweringOptions o;
+  o.sequence_parallel = sequence_parallel;
+  o.flash_attention = training.flash_attention;
+  o.dropout = training.dropout;
+  o.act_bytes = spec::dtype_bytes(training.precision);
+  return o;
+}
+
+LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringOptions& opts) {
+  LoweredModel lm;
+  lm.options = opts;
+  lm.embedding = lower_embedding(m, opts);
+  lm.block = lower_block(m, opts);
+  lm.head = lower_head(m, opts);
+  lm.num_blocks = m.num_layers;
+  lm.tied_head_params = m.tie_word_embeddings ? S().V * S().h / S().t : Expr(0.0);
+  lm.dims = {{"s", static_cast<double>(seq_length)},
+             {"h", static_cast<double>(m.hidden_size)},
+             {"a", static_cast<double>(m.num_heads)},
+             {"g", static_cast<double>(m.num_kv_heads)},
+             {"f", static_cast<double>(m.ffn_hidden_size)},
+             {"V", static_cast<double>(m.vocab_size)}};
+  return lm;
+}
+
+const char* to_string(CommKind k) {
+  switch (k) {
+    case CommKind::kNone: return "none";
+    case CommKind::kAllReduce: return "all-reduce";
+    case CommKind::kAllGather: return "all-gather";
+    case CommKind::kReduceScatter: return "reduce-scatter";
+  }
+  return "?";
+}
+
+Expr Layer::params() const {
+  std::vector<Expr> v;
+  for (const auto& o : ops) v.push_back(o.params);
+  return sym::sum(v);
+}
+Expr Layer::fwd_flops() const {
+  std::vector<Expr> v;
+  for (const auto& o : ops) v.push_back(o.fwd_flops);
+  return sym::sum(v);
+}
+Expr Layer::bwd_flops() const {
+  std::vector<Expr> v;
+  for (const auto& o : ops) v.push_back(o.bwd_flops);
+  return sym::sum(v);
+}
+
+}  // namespace mist::graph

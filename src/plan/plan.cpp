@@ -1,0 +1,172 @@
+#include "plan/plan.hpp"
+
+#include <fmt/format.h>
+
+namespace mist::plan {
+
+namespace {
+
+constexpr int64_t kMaxDegree = 1 << 20;
+constexpr int64_t kMaxBatch = 1'000'000'000;
+
+Result<Offload> offload_from_json(const Json& j, const std::string& path) {
+  MIST_TRY(auto f, JsonFields::of(j, path));
+  MIST_CHECK(f.reject_unknown({"weights", "gradients", "optimizer_states", "activations"}));
+  Offload o;
+  MIST_TRY(o.weights, f.number_or("weights", 0, 0, 1));
+  MIST_TRY(o.gradients, f.number_or("gradients", 0, 0, 1));
+  MIST_TRY(o.optimizer_states, f.number_or("optimizer_states", 0, 0, 1));
+  MIST_TRY(o.activations, f.number_or("activations", 0, 0, 1));
+  return o;
+}
+
+Result<StagePlan> stage_from_json(const Json& j, const std::string& path) {
+  MIST_TRY(auto f, JsonFields::of(j, path));
+  MIST_CHECK(f.reject_unknown({"num_layers", "zero", "ckpt_layers", "offload"}));
+  StagePlan s;
+  MIST_TRY(s.num_layers, f.integer("num_layers", 1, 100000));
+  MIST_TRY(int64_t zero, f.integer_or("zero", 0, 0, 3));
+  s.zero = static_cast<int>(zero);
+  MIST_TRY(s.ckpt_layers, f.integer_or("ckpt_layers", 0, 0, 100000));
+  if (s.ckpt_layers > s.num_layers)
+    return fail(f.field_path("ckpt_layers"),
+                fmt::format("{} recomputed blocks but the stage has only {}", s.ckpt_layers, s.num_layers));
+  if (f.has("offload")) {
+    MIST_TRY(s.offload, offload_from_json(f.raw("offload"), f.field_path("offload")));
+  }
+  return s;
+}
+
+}  // namespace
+
+const char* to_string(Recompute r) { return r == Recompute::kSelective ? "selective" : "none"; }
+
+Result<Plan> load_plan(const std::string& path) {
+  return load_json_as(path, "plan", plan_from_json);
+}
+
+Result<Plan> plan_from_json(const Json& j, const std::string& what) {
+  MIST_TRY(auto f, JsonFields::of(j, what));
+  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "sequence_parallel", "micro_batch_size",
+                                          "grad_accum_steps", "virtual_pipeline_stages", "recompute",
+                                          "stages", "comment"}));
+  Plan p;
+  MIST_TRY(p.dp, f.integer("dp", 1, kMaxDegree));
+  MIST_TRY(p.tp, f.integer("tp", 1, 1024));
+  MIST_TRY(p.pp, f.integer("pp", 1, 100000));
+  MIST_TRY(p.sequence_parallel, f.boolean_or("sequence_parallel", false));
+  MIST_TRY(p.micro_batch_size, f.integer("micro_batch_size", 1, kMaxBatch));
+  MIST_TRY(p.grad_accum_steps, f.integer("grad_accum_steps", 1, kMaxBatch));
+  MIST_TRY(p.virtual_pipeline_stages, f.integer_or("virtual_pipeline_stages", 1, 1, 1024));
+  MIST_TRY(std::string rc, f.choice_or("recompute", "none", {"none", "selective"}));
+  p.recompute = rc == "selective" ? Recompute::kSelective : Recompute::kNone;
+  if (!f.has("stages")) return fail(f.field_path("stages"), "is required but missing (one object per pipeline stage)");
+  const Json& st = f.raw("stages");
+  if (!st.is_array()) return fail(f.field_path("stages"), "must be an array with one object per pipeline stage");
+  for (size_t i = 0; i < st.size(); ++i) {
+    MIST_TRY(StagePlan s, stage_from_json(st[i], fmt::format("{}[{}]", f.field_path("stages"), i)));
+    p.stages.push_back(s);
+  }
+  if (static_cast<int64_t>(p.stages.size()) != p.pp)
+    return fail(f.field_path("stages"),
+                fmt::format("has {} entries but pp is {}: give one object per pipeline stage", p.stages.size(), p.pp));
+  return p;
+}
+
+Json plan_to_json(const Plan& p) {
+  Json stages = Json::array();
+  for (const auto& s : p.stages) {
+    stages.push_back({{"num_layers", s.num_layers},
+                      {"zero", s.zero},
+                      {"ckpt_layers", s.ckpt_layers},
+                      {"offload",
+                       {{"weights", s.offload.weights},
+                        {"gradients", s.offload.gradients},
+                        {"optimizer_states", s.offload.optimizer_states},
+                        {"activations", s.offload.activations}}}});
+  }
+  return Json{{"dp", p.dp},
+              {"tp", p.tp},
+              {"pp", p.pp},
+              {"sequence_parallel", p.sequence_parallel},
+              {"micro_batch_size", p.micro_batch_size},
+              {"grad_accum_steps", p.grad_accum_steps},
+              {"virtual_pipeline_stages", p.virtual_pipeline_stages},
+              {"recompute", to_string(p.recompute)},
+              {"stages", stages}};
+}
+
+Result<void> validate_precision(const spec::ClusterSpec& c, const spec::TrainingSpec& t) {
+  const auto& g = c.gpu;
+  if (t.precision == spec::Dtype::kBf16 && g.bf16_flops <= 0)
+    return fail("training.precision",
+                fmt::format("{} has no bf16 support (bf16 needs NVIDIA Ampere, sm_80, or later); use fp16", g.name));
+  if (t.precision == spec::Dtype::kFp16 && g.fp16_flops <= 0)
+    return fail("training.precision", fmt::format("{} has no fp16 support", g.name));
+  return {};
+}
+
+Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                           const spec::TrainingSpec& t) {
+  if (static_cast<int64_t>(p.stages.size()) != p.pp)
+    return fail("plan.stages", fmt::format("has {} entries but pp is {}", p.stages.size(), p.pp));
+  // Degrees are bounded at parse time, so these products cannot overflow.
+  const int64_t gpus = p.dp * p.tp * p.pp;
+  if (gpus != c.num_gpus())
+    return fail("plan", fmt::format("dp·tp·pp = {}·{}·{} = {} but the cluster has {} GPUs ({} nodes × {})",
+                                    p.dp, p.tp, p.pp, gpus, c.num_gpus(), c.nodes, c.gpus_per_node));
+  int64_t layers = 0;
+  for (const auto& s : p.stages) layers += s.num_layers;
+  if (layers != m.num_layers)
+    return fail("plan.stages", fmt::format("layers add up to {} but the model has {}", layers, m.num_layers));
+  const int64_t samples = p.micro_batch_size * p.dp * p.grad_accum_steps;
+  if (samples != t.global_batch_size)
+    return fail("plan", fmt::format("micro_batch_size·dp·grad_accum_steps = {}·{}·{} = {} but "
+                                    "training.global_batch_size is {}",
+                                    p.micro_batch_size, p.dp, p.grad_accum_steps, samples, t.global_batch_size));
+  if (m.num_heads % p.tp != 0)
+    return fail("plan.tp", fmt::format("tp = {} must divide the {} attention heads", p.tp, m.num_heads));
+  if (m.num_kv_heads % p.tp != 0)
+    return fail("plan.tp", fmt::format("tp = {} must divide the {} key/value heads (Megatron shards "
+                                       "query groups, it does not replicate them)", p.tp, m.num_kv_heads));
+  if (m.ffn_hidden_size % p.tp != 0)
+    return fail("plan.tp", fmt::format("tp = {} must divide ffn_hidden_size {}", p.tp, m.ffn_hidden_size));
+  if (p.sequence_parallel && p.tp > 1 && t.seq_length % p.tp != 0)
+    return fail("plan.sequence_parallel",
+                fmt::format("sequence parallelism splits the sequence: tp = {} must divide seq_length {}",
+                            p.tp, t.seq_length));
+  if (p.virtual_pipeline_stages > 1) {
+    if (p.pp < 2)
+      return fail("plan.virtual_pipeline_stages", "an interleaved schedule needs pp >= 2");
+    for (size_t i = 0; i < p.stages.size(); ++i)
+      if (p.stages[i].num_layers % p.virtual_pipeline_stages != 0)
+        return fail(fmt::format("plan.stages[{}].num_layers", i),
+                    fmt::format("{} layers cannot be split into {} virtual stages",
+                                p.stages[i].num_layers, p.virtual_pipeline_stages));
+    if (p.grad_accum_steps % p.pp != 0)
+      return fail("plan.grad_accum_steps",
+                  fmt::format("the interleaved schedule needs the micro-batch count ({}) to be a multiple "
+                              "of pp ({})", p.grad_accum_steps, p.pp));
+  }
+  MIST_CHECK(validate_precision(c, t));
+  return {};
+}
+
+Plan uniform_plan(const spec::ModelSpec& m, int64_t dp, int64_t tp, int64_t pp, int64_t micro_batch,
+                  int64_t grad_accum, const StagePlan& every_stage) {
+  Plan p;
+  p.dp = dp;
+  p.tp = tp;
+  p.pp = pp;
+  p.micro_batch_size = micro_batch;
+  p.grad_accum_steps = grad_accum;
+  for (int64_t i = 0; i < pp; ++i) {
+    StagePlan s = every_stage;
+    s.num_layers = m.num_layers / pp + (i < m.num_layers % pp ? 1 : 0);
+    s.ckpt_layers = std::min(s.ckpt_layers, s.num_layers);
+    p.stages.push_back(s);
+  }
+  return p;
+}
+
+}  // namespace mist::plan

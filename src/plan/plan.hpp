@@ -1,0 +1,64 @@
+// Plan: how one training job is parallelised and which memory optimisations each pipeline stage
+// uses. The JSON form is documented in docs/plan-format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json_fields.hpp"
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+#include "spec/training.hpp"
+
+namespace mist::plan {
+
+// Fractions (0..1) of each state kept in host memory instead of on the GPU.
+struct Offload {
+  double weights = 0;
+  double gradients = 0;
+  double optimizer_states = 0;
+  double activations = 0;
+  bool operator==(const Offload&) const = default;
+};
+
+struct StagePlan {
+  int64_t num_layers = 0;   // transformer blocks in this stage
+  int zero = 0;             // ZeRO level 0..3 over this stage's data-parallel group
+  int64_t ckpt_layers = 0;  // blocks of this stage that recompute fully in backward
+  Offload offload;
+  bool operator==(const StagePlan&) const = default;
+};
+
+enum class Recompute { kNone, kSelective };  // plan-wide; per-stage full recompute is ckpt_layers
+
+struct Plan {
+  int64_t dp = 1, tp = 1, pp = 1;
+  bool sequence_parallel = false;
+  int64_t micro_batch_size = 1;
+  int64_t grad_accum_steps = 1;          // micro-batches per iteration per data-parallel rank
+  int64_t virtual_pipeline_stages = 1;   // model chunks per pipeline rank (interleaved 1F1B)
+  Recompute recompute = Recompute::kNone;
+  std::vector<StagePlan> stages;         // pp entries, first to last
+  bool operator==(const Plan&) const = default;
+};
+
+Result<Plan> load_plan(const std::string& path);
+Result<Plan> plan_from_json(const Json& j, const std::string& what);
+Json plan_to_json(const Plan& p);
+
+// Cross-checks a plan against the job; the error names the rule that broke, e.g.
+// "plan.stages: layers add up to 30 but the model has 32".
+Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                           const spec::TrainingSpec& t);
+// Checks that the GPU supports the training precision (bf16 needs Ampere or later).
+Result<void> validate_precision(const spec::ClusterSpec& c, const spec::TrainingSpec& t);
+
+// A plan with layers split as evenly as possible (earlier stages get the remainder), the same
+// options on every stage; used by examples and tests.
+Plan uniform_plan(const spec::ModelSpec& m, int64_t dp, int64_t tp, int64_t pp, int64_t micro_batch,
+                  int64_t grad_accum, const StagePlan& every_stage);
+
+const char* to_string(Recompute r);
+
+}  // namespace mist::plan

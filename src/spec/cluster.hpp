@@ -1,0 +1,67 @@
+// GpuSpec and ClusterSpec: the hardware a plan runs on. All quantities in SI base units.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json_fields.hpp"
+
+namespace mist::spec {
+
+struct GpuSpec {
+  std::string name;               // catalog spelling, e.g. "A100-SXM4-80GB"
+  std::string source;             // where the figures come from
+  double memory_bytes = 0;        // device memory capacity (what the driver reports as total)
+  double fp32_flops = 0;          // dense peak FLOP/s per precision; 0 = not supported
+  double tf32_flops = 0;
+  double fp16_flops = 0;
+  double bf16_flops = 0;
+  double fp8_flops = 0;
+  double mem_bw = 0;              // HBM/GDDR bytes/s
+  double link_bw = 0;             // scale-up link (NVLink/XGMI) bytes/s per GPU, one direction; 0 = PCIe only
+  int pcie_gen = 4;               // host link generation (x16)
+  double compute_capability = 0;  // NVIDIA sm_XY as X.Y (8.0 = Ampere); 0 for non-NVIDIA
+  std::string vendor;             // "nvidia", "amd" or "cpu"
+  int default_gpus_per_node = 8;  // node shape when a cluster does not say
+  // Framework overheads that depend on the device (see docs/memory-model.md):
+  double cuda_context_bytes = 0;      // driver context + loaded kernel images
+  double blas_workspace_bytes = 0;    // cuBLAS workspace per (handle, stream)
+  // Defaults for clusters built from this GPU when the cluster file does not say:
+  double default_inter_node_bw = 0;       // bytes/s per GPU, one direction (NIC share)
+  double default_host_memory_bytes = 0;   // CPU memory per node
+
+  bool operator==(const GpuSpec&) const = default;
+};
+
+struct ClusterSpec {
+  GpuSpec gpu;
+  int64_t nodes = 1;
+  int64_t gpus_per_node = 1;
+  double intra_node_bw = 0;        // bytes/s per GPU, one direction, between GPUs of a node
+  double intra_node_latency = 0;   // seconds
+  double inter_node_bw = 0;        // bytes/s per GPU, one direction, across nodes
+  double inter_node_latency = 0;   // seconds
+  double pcie_bw = 0;              // host<->device bytes/s per GPU, one direction
+  double host_memory_bytes = 0;    // CPU memory per node
+
+  int64_t num_gpus() const { return nodes * gpus_per_node; }
+  bool operator==(const ClusterSpec&) const = default;
+};
+
+// A cluster from a JSON file path; see docs/specs.md for the fields.
+Result<ClusterSpec> load_cluster(const std::string& path);
+Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what);
+Json cluster_to_json(const ClusterSpec& c);
+// A GPU in the catalog form of data/gpus.json (every field; units in the keys).
+Json gpu_to_json(const GpuSpec& g);
+
+std::vector<std::string> gpu_catalog_names();
+Result<GpuSpec> catalog_gpu(const std::string& name);
+// Every entry of data/gpus.json in file order, or why the embedded
+// catalog is malformed. Parsed once; the reference stays valid for the life of the program.
+const Result<std::vector<GpuSpec>>& gpu_catalog();
+// Host link bandwidth of a PCIe generation, x16, one direction, bytes/s (Gen3 16, Gen4 31, Gen5 63 GB/s).
+double pcie_x16_bw(int gen);
+
+}  // namespace mist::spec

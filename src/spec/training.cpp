@@ -1,0 +1,77 @@
+// TrainingSpec: the JSON form and the dtype helpers.
+#include "spec/training.hpp"
+
+#include <fmt/format.h>
+
+#include "spec/catalog.hpp"
+
+namespace mist::spec {
+
+namespace {
+
+constexpr int64_t kMaxGlobalBatch = 1'000'000'000;
+constexpr int64_t kMaxSeqLength = 10'000'000;
+
+Dtype parse_dtype(const std::string& s) {
+  if (s == "fp32") return Dtype::kFp32;
+  if (s == "fp16") return Dtype::kFp16;
+  return Dtype::kBf16;
+}
+
+}  // namespace
+
+Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) {
+  MIST_TRY(JsonFields f, JsonFields::of(j, what));
+  MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "optimizer",
+                                    "flash_attention", "dropout", "grad_dtype"}));
+  TrainingSpec t;
+  MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
+  MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
+  MIST_TRY(std::string precision, f.choice_or("precision", "bf16", {"fp32", "fp16", "bf16"}));
+  MIST_TRY(std::string grad, f.choice_or("grad_dtype", "fp32", {"fp32", "fp16", "bf16"}));
+  MIST_TRY(std::string optimizer, f.choice_or("optimizer", "adamw", {"adamw", "sgd"}));
+  MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
+  MIST_TRY(t.dropout, f.boolean_or("dropout", false));
+  t.precision = parse_dtype(precision);
+  t.grad_dtype = parse_dtype(grad);
+  t.optimizer = optimizer == "adamw" ? Optimizer::kAdamW : Optimizer::kSgd;
+  // fp32 training has no 16-bit copy of anything, so its gradients are fp32 too; mixed precision
+  // keeps gradients in fp32 (the default) or in the training dtype, never in the other 16-bit one.
+  if (t.precision == Dtype::kFp32 && t.grad_dtype != Dtype::kFp32)
+    return fail(f.field_path("grad_dtype"),
+                fmt::format("must be \"fp32\" when precision is \"fp32\", got \"{}\"", grad));
+  if (t.grad_dtype != Dtype::kFp32 && t.grad_dtype != t.precision)
+    return fail(f.field_path("grad_dtype"),
+                fmt::format("must be \"fp32\" or the training precision \"{}\", got \"{}\"",
+                            precision, grad));
+  return t;
+}
+
+Json training_to_json(const TrainingSpec& t) {
+  return Json{{"global_batch_size", t.global_batch_size},
+              {"seq_length", t.seq_length},
+              {"precision", to_string(t.precision)},
+              {"grad_dtype", to_string(t.grad_dtype)},
+              {"optimizer", to_string(t.optimizer)},
+              {"flash_attention", t.flash_attention},
+              {"dropout", t.dropout}};
+}
+
+Result<TrainingSpec> load_training(const std::string& path) {
+  return load_json_as(path, "training", training_from_json);
+}
+
+int dtype_bytes(Dtype d) { return d == Dtype::kFp32 ? 4 : 2; }
+
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::kFp32: return "fp32";
+    case Dtype::kFp16: return "fp16";
+    case Dtype::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+const char* to_string(Optimizer o) { return o == Optimizer::kAdamW ? "adamw" : "sgd"; }
+
+}  // namespace mist::spec

@@ -1,0 +1,42 @@
+// Small helpers to build jobs in tests.
+#pragma once
+
+#include "analysis/memory_model.hpp"
+
+namespace mist::testing {
+
+inline spec::ClusterSpec cluster(const std::string& gpu, int64_t nodes, int64_t per_node) {
+  auto j = Json{{"gpu", gpu}, {"nodes", nodes}, {"gpus_per_node", per_node}};
+  return *spec::cluster_from_json(j, "cluster");
+}
+
+inline spec::TrainingSpec training(int64_t gbs, int64_t seq, spec::Dtype precision, bool flash,
+                                   bool dropout, spec::Dtype grad = spec::Dtype::kFp32) {
+  spec::TrainingSpec t;
+  t.global_batch_size = gbs;
+  t.seq_length = seq;
+  t.precision = precision;
+  t.grad_dtype = grad;
+  t.flash_attention = flash;
+  t.dropout = dropout;
+  return t;
+}
+
+// A GPT model of the given shape (Megatron-style: LayerNorm, GELU, learned positions, biases).
+inline spec::ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab = 51200) {
+  spec::ModelSpec m;
+  m.name = "test-gpt";
+  m.family = "gpt";
+  m.num_layers = layers;
+  m.hidden_size = hidden;
+  m.num_heads = heads;
+  m.num_kv_heads = heads;
+  m.ffn_hidden_size = 4 * hidden;
+  m.vocab_size = vocab;
+  m.max_position_embeddings = 2048;
+  m.qkv_bias = m.linear_bias = true;
+  m.tie_word_embeddings = true;
+  return m;
+}
+
+}  // namespace mist::testing

@@ -1,0 +1,186 @@
+#include "cli/commands.hpp"
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace mist::cli {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kExamples = std::string(MIST_SOURCE_DIR) + "/examples/";
+
+struct Outcome {
+  int code;
+  std::string out, err;
+};
+
+Outcome mist(std::vector<std::string> args) {
+  Outcome o;
+  o.code = run(args, o.out, o.err);
+  return o;
+}
+
+// Writes `text` to a fresh temporary file and returns its path.
+std::string temp_file(const std::string& name, const std::string& text) {
+  fs::path dir = fs::temp_directory_path() / "mist_cli_test";
+  fs::create_directories(dir);
+  fs::path p = dir / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+std::vector<std::string> job(const std::string& cmd, const std::string& model, const std::string& cluster,
+                             const std::string& training, const std::string& plan) {
+  return {cmd, "--model", model, "--cluster", cluster, "--training", training, "--plan", plan};
+}
+
+std::vector<std::string> example_job(const std::string& cmd = "predict") {
+  return job(cmd, "gpt3-13b", kExamples + "cluster_2x8_a100.json", kExamples + "training_gpt.json",
+             kExamples + "plan_gpt13b_2x8.json");
+}
+
+TEST(Cli, PredictPrintsATableAndJson) {
+  auto text = mist(example_job());
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  EXPECT_NE(text.out.find("The plan fits"), std::string::npos) << text.out;
+  auto args = example_job();
+  args.push_back("--json");
+  auto js = mist(args);
+  ASSERT_EQ(js.code, kExitOk) << js.err;
+  auto j = nlohmann::json::parse(js.out);
+  ASSERT_EQ(j["stages"].size(), 2u);
+  for (const auto& s : j["stages"]) {
+    for (const char* k : {"peak_memory_bytes", "block_activation_bytes", "block_activation_bytes_recomputed"})
+      EXPECT_GT(s[k].get<double>(), 0) << k;
+    for (const char* k : {"weights", "gradients", "optimizer_states", "activations", "cuda_context"})
+      EXPECT_TRUE(s["memory"].contains(k)) << k;
+    EXPECT_TRUE(s["fits"].is_boolean());
+    // The peak is the sum of the terms.
+    double sum = 0;
+    for (const auto& [k, v] : s["memory"].items()) sum += v.get<double>();
+    EXPECT_NEAR(sum, s["peak_memory_bytes"].get<double>(), 1e-6 * sum);
+  }
+}
+
+TEST(Cli, ExplainShowsFormulas) {
+  auto o = mist(example_job("explain"));
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  for (const char* s : {"optimizer_states", "P_stage", "A_blk", "2·s·b·h/t", "p·(1 - ao)·A_mb"})
+    EXPECT_NE(o.out.find(s), std::string::npos) << s;
+}
+
+TEST(Cli, ListsCatalogsAndHelp) {
+  EXPECT_NE(mist({"list", "models"}).out.find("llama3-405b"), std::string::npos);
+  EXPECT_NE(mist({"list", "gpus"}).out.find("H100-SXM5-80GB"), std::string::npos);
+  auto h = mist({"--help"});
+  EXPECT_EQ(h.code, kExitOk);
+  EXPECT_NE(h.out.find("predict"), std::string::npos);
+  auto ph = mist({"predict", "--help"});
+  EXPECT_EQ(ph.code, kExitOk);
+  EXPECT_NE(ph.out.find("--plan"), std::string::npos);
+}
+
+TEST(Cli, BadInputNamesTheFieldAndExitsTwo) {
+  const std::string cluster = kExamples + "cluster_2x8_a100.json";
+  const std::string training = kExamples + "training_gpt.json";
+  const std::string plan = kExamples + "plan_gpt13b_2x8.json";
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;  // a piece of the message
+  };
+  const Case cases[] = {
+      {job("predict", "no-such-model", cluster, training, plan), "no-such-model"},
+      {job("predict", "gpt3-13b", temp_file("bad.json", "{\"gpu\": \"A100\", nodes: 2}"), training, plan),
+       "malformed JSON"},
+      {job("predict", "gpt3-13b", temp_file("gpu.json", R"({"gpu": "Z100", "nodes": 2})"), training, plan),
+       "cluster.gpu"},
+      {job("predict", "gpt3-13b", temp_file("nodes.json", R"({"gpu": "A100-SXM4-80GB", "nodes": 0})"), training,
+           plan),
+       "cluster.nodes"},
+      {job("predict", "gpt3-13b", temp_file("bw.json", R"({"gpu": "A100-SXM4-80GB", "nodes": 2, "inter_node_GBps": -5})"),
+           training, plan),
+       "cluster.inter_node_GBps"},
+      {job("predict", "gpt3-13b", cluster, temp_file("gbs.json", R"({"global_batch_size": 1e15, "seq_length": 2048})"),
+           plan),
+       "training.global_batch_size"},
+      {job("predict", "gpt3-13b", cluster, temp_file("prec.json", R"({"global_batch_size": 512, "seq_length": 2048, "precision": "fp8"})"),
+           plan),
+       "training.precision"},
+      {job("predict", "gpt3-13b", cluster, training,
+           temp_file("frac.json", R"({"dp": 2, "tp": 4, "pp": 2, "micro_batch_size": 2, "grad_accum_steps": 128,
+             "stages": [{"num_layers": 20, "offload": {"activations": 2}}, {"num_layers": 20}]})")),
+       "plan.stages[0].offload.activations"},
+      {job("predict", "gpt3-13b", cluster, training,
+           temp_file("sum.json", R"({"dp": 2, "tp": 4, "pp": 2, "micro_batch_size": 2, "grad_accum_steps": 128,
+             "stages": [{"num_layers": 20}, {"num_layers": 21}]})")),
+       "add up to 41 but the model has 40"},
+      {job("predict", temp_file("model.json", R"({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+             "num_attention_heads": 0, "intermediate_size": 11008, "vocab_size": 32000})"),
+           cluster, training, plan),
+       "num_attention_heads"},
+      {job("predict", "gpt3-13b", cluster, training, "/no/such/plan.json"), "/no/such/plan.json"},
+      {{"predict", "--model", "gpt3-13b"}, "--cluster"},
+      {{"frobnicate"}, "frobnicate"},
+  };
+  for (const auto& c : cases) {
+    auto o = mist(c.args);
+    EXPECT_EQ(o.code, kExitInvalidInput) << c.expect << "\n" << o.out;
+    EXPECT_NE(o.err.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << o.err;
+    EXPECT_TRUE(o.out.empty()) << o.out;
+  }
+}
+
+TEST(Cli, LargeJobsGiveFiniteNumbers) {
+  const std::string cluster = temp_file("big.json", R"({"gpu": "H100-SXM5-80GB", "nodes": 128, "gpus_per_node": 8})");
+  const std::string training = temp_file("bigt.json", R"({"global_batch_size": 2048, "seq_length": 8192})");
+  std::string stages;
+  for (int i = 0; i < 14; ++i) stages += std::string(i ? "," : "") + R"({"num_layers": 9, "zero": 1, "ckpt_layers": 9})";
+  const std::string plan = temp_file(
+      "bigp.json", R"({"dp": 9, "tp": 8, "pp": 14, "sequence_parallel": true, "micro_batch_size": 1,
+                      "grad_accum_steps": 227, "stages": [)" + stages + "]}");
+  // 9·8·14 = 1008 GPUs: not the cluster's 1024, so this must be rejected...
+  auto bad = mist(job("predict", "llama3-405b", cluster, training, plan));
+  EXPECT_EQ(bad.code, kExitInvalidInput);
+  EXPECT_NE(bad.err.find("1024 GPUs"), std::string::npos) << bad.err;
+  // ... and a consistent 1024-GPU plan predicts finite, positive numbers.
+  std::string st2;
+  for (int i = 0; i < 16; ++i)
+    st2 += std::string(i ? "," : "") + R"({"num_layers": )" + (i < 14 ? "8" : "7") + R"(, "zero": 1, "ckpt_layers": 4})";
+  const std::string plan2 = temp_file(
+      "bigp2.json", R"({"dp": 8, "tp": 8, "pp": 16, "sequence_parallel": true, "micro_batch_size": 1,
+                       "grad_accum_steps": 256, "stages": [)" + st2 + "]}");
+  auto args = job("predict", "llama3-405b", cluster, training, plan2);
+  args.push_back("--json");
+  auto o = mist(args);
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  for (const auto& s : j["stages"]) {
+    double peak = s["peak_memory_bytes"].get<double>();
+    EXPECT_TRUE(std::isfinite(peak) && peak > 0);
+  }
+}
+
+// The real binary: exit status and streams, as a user sees them.
+TEST(Cli, BinaryExitStatus) {
+  auto status = [](const std::string& args) {
+    int raw = std::system((std::string(MIST_BINARY) + " " + args + " >/dev/null 2>&1").c_str());
+    return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  };
+  EXPECT_EQ(status("list models"), 0);
+  EXPECT_EQ(status("predict --model gpt3-13b --cluster " + kExamples + "cluster_2x8_a100.json --training " +
+                   kExamples + "training_gpt.json --plan " + kExamples + "plan_gpt13b_2x8.json"),
+            0);
+  EXPECT_EQ(status("predict --model nope --cluster x --training y --plan z"), 2);
+  EXPECT_EQ(status("no-such-command"), 2);
+}
+
+}  // namespace
+}  // namespace mist::cli

@@ -1,0 +1,114 @@
+// TrainingSpec: defaults, round trip, dtype rules and bad input.
+#include "spec/training.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace mist::spec {
+namespace {
+
+Json parse(std::string_view text) {
+  auto j = parse_json_text(text, "test");
+  EXPECT_TRUE(j.has_value()) << j.error().to_string();
+  return j ? *j : Json();
+}
+
+Result<TrainingSpec> training(std::string_view text) {
+  return training_from_json(parse(text), "training");
+}
+
+template <class T>
+void expect_error(const Result<T>& r, std::string_view path, std::string_view word) {
+  ASSERT_FALSE(r.has_value()) << "expected an error at " << path;
+  EXPECT_EQ(r.error().path, path) << r.error().to_string();
+  EXPECT_NE(r.error().message.find(word), std::string::npos)
+      << "message lacks \"" << word << "\": " << r.error().to_string();
+}
+
+TEST(Training, Defaults) {
+  auto t = training(R"({"global_batch_size": 64, "seq_length": 2048})");
+  ASSERT_TRUE(t.has_value()) << t.error().to_string();
+  EXPECT_EQ(t->global_batch_size, 64);
+  EXPECT_EQ(t->seq_length, 2048);
+  EXPECT_EQ(t->precision, Dtype::kBf16);
+  EXPECT_EQ(t->grad_dtype, Dtype::kFp32);
+  EXPECT_EQ(t->optimizer, Optimizer::kAdamW);
+  EXPECT_TRUE(t->flash_attention);
+  EXPECT_FALSE(t->dropout);
+  EXPECT_TRUE(t->mixed_precision());
+}
+
+TEST(Training, RoundTrip) {
+  for (const char* text :
+       {R"({"global_batch_size": 1, "seq_length": 1, "precision": "fp32", "optimizer": "sgd",
+            "flash_attention": false, "dropout": true})",
+        R"({"global_batch_size": 512, "seq_length": 4096, "precision": "fp16",
+            "grad_dtype": "fp16"})",
+        R"({"global_batch_size": 8, "seq_length": 8192, "precision": "bf16",
+            "grad_dtype": "bf16"})"}) {
+    auto t = training(text);
+    ASSERT_TRUE(t.has_value()) << t.error().to_string();
+    auto back = training_from_json(parse(training_to_json(*t).dump()), "training");
+    ASSERT_TRUE(back.has_value()) << back.error().to_string();
+    EXPECT_EQ(*back, *t);
+  }
+}
+
+TEST(Training, GradDtypeRules) {
+  expect_error(training(R"({"global_batch_size": 8, "seq_length": 128, "precision": "fp32",
+      "grad_dtype": "fp16"})"),
+               "training.grad_dtype", "fp32");
+  expect_error(training(R"({"global_batch_size": 8, "seq_length": 128, "precision": "bf16",
+      "grad_dtype": "fp16"})"),
+               "training.grad_dtype", "training precision");
+}
+
+TEST(Training, BadInput) {
+  expect_error(training(R"({"seq_length": 2048})"), "training.global_batch_size", "missing");
+  expect_error(training(R"({"global_batch_size": 64})"), "training.seq_length", "missing");
+  expect_error(training(R"({"global_batch_size": 0, "seq_length": 2048})"),
+               "training.global_batch_size", "at least 1");
+  expect_error(training(R"({"global_batch_size": -8, "seq_length": 2048})"),
+               "training.global_batch_size", "at least 1");
+  expect_error(training(R"({"global_batch_size": 1e10, "seq_length": 2048})"),
+               "training.global_batch_size", "at most");
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 20000000})"),
+               "training.seq_length", "at most");
+  expect_error(training(R"({"global_batch_size": 64.5, "seq_length": 2048})"),
+               "training.global_batch_size", "integer");
+  expect_error(training(R"({"global_batch_size": "64", "seq_length": 2048})"),
+               "training.global_batch_size", "integer");
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "precision": "fp8"})"),
+               "training.precision", "one of");
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "optimizer": "adam"})"),
+               "training.optimizer", "one of");
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "flash_attention": 1})"),
+               "training.flash_attention", "true or false");
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "micro_batch": 2})"),
+               "training.micro_batch", "unknown");
+  expect_error(training("[]"), "training", "JSON object");
+}
+
+TEST(Training, LoadFromFile) {
+  const auto file = std::filesystem::temp_directory_path() / "mist_spec_test_training.json";
+  std::ofstream(file) << R"({"global_batch_size": 128, "seq_length": 2048, "precision": "fp16"})";
+  auto t = load_training(file.string());
+  ASSERT_TRUE(t.has_value()) << t.error().to_string();
+  EXPECT_EQ(t->precision, Dtype::kFp16);
+  std::ofstream(file) << R"({"global_batch_size": 128, "seq_length": 2048,)";
+  expect_error(load_training(file.string()), file.string(), "malformed");
+  std::filesystem::remove(file);
+}
+
+TEST(Training, DtypeHelpers) {
+  EXPECT_EQ(dtype_bytes(Dtype::kFp32), 4);
+  EXPECT_EQ(dtype_bytes(Dtype::kFp16), 2);
+  EXPECT_EQ(dtype_bytes(Dtype::kBf16), 2);
+  EXPECT_STREQ(to_string(Dtype::kBf16), "bf16");
+  EXPECT_STREQ(to_string(Optimizer::kSgd), "sgd");
+}
+
+}  // namespace
+}  // namespace mist::spec
