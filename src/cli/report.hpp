@@ -4,16 +4,11 @@
 #include <string>
 
 #include "analysis/memory_model.hpp"
+#include "cli/job.hpp"
 #include "core/json_fields.hpp"
 
 namespace mist::cli {
 
-struct Job {
-  spec::ModelSpec model;
-  spec::ClusterSpec cluster;
-  spec::TrainingSpec training;
-  plan::Plan plan;
-};
 
 std::string format_bytes(double bytes);  // "12.34 GiB", "512.0 MiB"
 Json prediction_json(const Job& job, const analysis::MemoryPrediction& p);

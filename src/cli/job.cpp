@@ -1,0 +1,29 @@
+#include "cli/job.hpp"
+
+namespace mist::cli {
+
+void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan) {
+  cmd->add_option("--model", a.model,
+                  "catalog name (mist list models) or a JSON file: a Hugging Face config.json or mist's model form")
+      ->required();
+  cmd->add_option("--cluster", a.cluster, "cluster JSON file: {\"gpu\": NAME, \"nodes\": N, \"gpus_per_node\": M, ...}")
+      ->required();
+  cmd->add_option("--training", a.training, "training JSON file: global_batch_size, seq_length, precision, ...")
+      ->required();
+  if (with_plan)
+    cmd->add_option("--plan", a.plan, "plan JSON file: dp, tp, pp, micro_batch_size, grad_accum_steps, stages, ...")
+        ->required();
+}
+
+Result<Job> load_job(const JobArgs& a) {
+  Job job;
+  MIST_TRY(job.model, spec::load_model(a.model));
+  MIST_TRY(job.cluster, spec::load_cluster(a.cluster));
+  MIST_TRY(job.training, spec::load_training(a.training));
+  if (!a.plan.empty()) {
+    MIST_TRY(job.plan, plan::load_plan(a.plan));
+  }
+  return job;
+}
+
+}  // namespace mist::cli
