@@ -21,7 +21,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
     err = "mist: invalid input: " + job.error().to_string() + "\n";
     return kExitInvalidInput;
   }
-  auto pred = analysis::predict_memory(job->model, job->cluster, job->training, job->plan);
+  auto pred = cli::predict(*job);
   if (!pred) {
     err = "mist: invalid input: " + pred.error().to_string() + "\n";
     return kExitInvalidInput;

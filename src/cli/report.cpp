@@ -39,7 +39,21 @@ std::string header(const Job& job) {
 
 }  // namespace
 
-Json prediction_json(const Job& job, const analysis::MemoryPrediction& p) {
+Result<Prediction> predict(const Job& job) {
+  Prediction p;
+  MIST_TRY(p.memory, analysis::predict_memory(job.model, job.cluster, job.training, job.plan));
+  MIST_TRY(p.time, analysis::predict_time(job.model, job.cluster, job.training, job.plan));
+  return p;
+}
+
+std::string format_seconds(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
+  return fmt::format("{:.0f} µs", s * 1e6);
+}
+
+Json prediction_json(const Job& job, const Prediction& pred) {
+  const auto& p = pred.memory;
   Json stages = Json::array();
   for (const auto& s : p.stages) {
     Json mem = Json::object();
@@ -57,7 +71,17 @@ Json prediction_json(const Job& job, const analysis::MemoryPrediction& p) {
                       {"block_activation_bytes", s.block_activation_bytes},
                       {"block_activation_bytes_recomputed", s.block_activation_bytes_recomputed},
                       {"host_memory_bytes", s.host_bytes}});
+    const auto& ts = pred.time.stages[static_cast<size_t>(s.index)];
+    Json stable = Json::object(), delta = Json::object();
+    for (const auto& t : ts.stable_terms) stable[t.name] = t.seconds;
+    for (const auto& t : ts.delta_terms) delta[t.name] = t.seconds;
+    stages.back()["stable_time_s"] = ts.stable_s;
+    stages.back()["delta_time_s"] = ts.delta_s;
+    stages.back()["forward_time_s"] = ts.fwd_s;
+    stages.back()["backward_time_s"] = ts.bwd_s;
+    stages.back()["time"] = {{"stable", stable}, {"delta", delta}};
   }
+  const auto& t = pred.time;
   return Json{{"model", job.model.name},
               {"num_parameters", job.model.num_parameters()},
               {"cluster", spec::cluster_to_json(job.cluster)},
@@ -67,10 +91,19 @@ Json prediction_json(const Job& job, const analysis::MemoryPrediction& p) {
               {"host_memory_bytes_per_node", p.host_bytes_per_node},
               {"host_memory_capacity_bytes", p.host_capacity_bytes},
               {"host_fits", p.host_fits},
+              {"iteration_time_s", t.iteration_time_s},
+              {"pipeline_fill_s", t.pipeline_fill_s},
+              {"steady_state_s", t.steady_s},
+              {"exposed_delta_s", t.exposed_delta_s},
+              {"tokens_per_s", t.tokens_per_s},
+              {"model_flops_per_iteration", t.model_flops_per_iteration},
+              {"model_tflops_per_gpu", t.model_tflops_per_gpu},
+              {"mfu", t.mfu},
               {"stages", stages}};
 }
 
-std::string prediction_text(const Job& job, const analysis::MemoryPrediction& p) {
+std::string prediction_text(const Job& job, const Prediction& pred) {
+  const auto& p = pred.memory;
   std::string out = header(job);
   out += fmt::format("{:>5} {:>6} {:>5} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n",
                      "stage", "layers", "ckpt", "flight", "weights", "grads", "optimizer",
@@ -90,10 +123,22 @@ std::string prediction_text(const Job& job, const analysis::MemoryPrediction& p)
                        format_bytes(p.host_bytes_per_node), format_bytes(p.host_capacity_bytes),
                        p.host_fits ? "" : "  (does NOT fit)");
   out += p.fits ? "The plan fits.\n" : "The plan does NOT fit.\n";
+  const auto& t = pred.time;
+  out += fmt::format("\n{:>5} {:>12} {:>12} {:>12}\n", "stage", "forward", "backward", "first/last");
+  for (const auto& s : t.stages)
+    out += fmt::format("{:>5} {:>12} {:>12} {:>12}\n", s.index, format_seconds(s.fwd_s), format_seconds(s.bwd_s),
+                       format_seconds(s.delta_s));
+  out += fmt::format(
+      "iteration {} = fill {} + {} steady micro-batches {} + exposed first/last {}\n"
+      "{:.0f} tokens/s, {:.1f} model TFLOP/s per GPU, MFU {:.1f}%\n",
+      format_seconds(t.iteration_time_s), format_seconds(t.pipeline_fill_s), job.plan.grad_accum_steps - 1,
+      format_seconds(t.steady_s), format_seconds(t.exposed_delta_s), t.tokens_per_s, t.model_tflops_per_gpu,
+      100 * t.mfu);
   return out;
 }
 
-std::string explanation_text(const Job& job, const analysis::MemoryPrediction& p) {
+std::string explanation_text(const Job& job, const Prediction& pred) {
+  const auto& p = pred.memory;
   std::string out = header(job);
   for (const auto& s : p.stages) {
     out += fmt::format("\nstage {}: {} blocks ({} recomputed), {:.3g} micro-batches in flight{}{}\n", s.index,
@@ -113,7 +158,21 @@ std::string explanation_text(const Job& job, const analysis::MemoryPrediction& p
     std::string knobs;
     for (const auto& [k, v] : s.knobs) knobs += fmt::format("{}={:g} ", k, v);
     out += "  with " + knobs + "\n";
+    const auto& ts = pred.time.stages[static_cast<size_t>(s.index)];
+    out += fmt::format("  time per micro-batch (T_{}) {}:\n", s.index, format_seconds(ts.stable_s));
+    for (const auto& t : ts.stable_terms)
+      out += fmt::format("    {:<22} {:>11}  {}\n", t.name, format_seconds(t.seconds), t.description);
+    out += fmt::format("  extra of the first and last micro-batch (D_{}) {}:\n", s.index, format_seconds(ts.delta_s));
+    for (const auto& t : ts.delta_terms)
+      out += fmt::format("    {:<22} {:>11}  {}\n", t.name, format_seconds(t.seconds), t.description);
   }
+  const auto& t = pred.time;
+  out += fmt::format(
+      "\niteration = Σ T_i + (G - 1)·max T_i + max_i(D_i - Σ_{{j<i}} T_j)\n"
+      "          = {} + {} + {} = {}   (G = {}{})\n",
+      format_seconds(t.pipeline_fill_s), format_seconds(t.steady_s), format_seconds(t.exposed_delta_s),
+      format_seconds(t.iteration_time_s), job.plan.grad_accum_steps,
+      job.plan.virtual_pipeline_stages > 1 ? ", fill shortened by interleaving" : "");
   return out;
 }
 

@@ -40,6 +40,11 @@ struct Tensor {
   int view_of = -1;           // a view (q, k, v split from qkv) keeps its base storage alive
 };
 
+// Shape of a (batched) matrix multiply C[m×n] = A[m×k]·B[k×n], for GEMM efficiency models.
+struct GemmShape {
+  Expr batch = Expr(1.0), m, n, k;
+};
+
 struct Op {
   std::string name;  // "attn.qkv"
   std::string kind;  // "linear", "layernorm", "rmsnorm", "bmm", "softmax", "dropout", ...
@@ -51,6 +56,9 @@ struct Op {
   bool attention_core = false;              // recomputed by selective recompute
   bool backward_in_place = false;           // input grad overwrites the saved tensor (Megatron's CE)
   TpComm fwd_comm, bwd_comm;                // collective after the op (fwd) / before its grad (bwd)
+  bool is_gemm = false;                     // linear or bmm: `gemm` holds its forward shape
+  GemmShape gemm;
+  bool causal_attention = false;            // flash attention over a causal mask (half the blocks)
 };
 
 enum class LayerKind { kEmbedding, kBlock, kHead };

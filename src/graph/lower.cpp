@@ -90,6 +90,8 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
     op.bwd_comm = {CommKind::kAllReduce, full_in};
   }
   op.params = (owns_weight ? in_features * out : Expr(0.0)) + bias;
+  op.is_gemm = true;
+  op.gemm = {Expr(1.0), sb(), out, in_features};
   op.fwd_flops = 2 * sb() * in_features * out;
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = full_in + (in_features * out + bias) * w(o);
@@ -113,6 +115,8 @@ int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bi
   }
   // The bias of a row-parallel layer is replicated, added after the reduction.
   op.params = in * S().h + (bias ? S().h : Expr(0.0));
+  op.is_gemm = true;
+  op.gemm = {Expr(1.0), sb(), S().h, in};
   op.fwd_flops = 2 * sb() * in * S().h;
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = sb() * in * w(o) + op.params * w(o);
@@ -160,6 +164,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
     int lse = B.tensor("attn.core.lse", s.b * heads * s.s * 4, false);
     Op& op = B.op("attn.core", "flash_attention", {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
     op.attention_core = true;
+    op.causal_attention = true;  // decoder-only: the kernel skips blocks above the diagonal
     op.fwd_flops = 4 * s.b * s.s * s.s * s.h / s.t;
     op.bwd_flops = 10 * s.b * s.s * s.s * s.h / s.t;  // 2x the matmuls + recomputed q·kᵀ
     op.bytes_read = 3 * ctx_bytes;
@@ -171,6 +176,8 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
   int sc = B.tensor("attn.scores", scores * w(o));
   Op& qk = B.op("attn.qk", "bmm", {q, ke}, {sc}, {q, ke});
   qk.attention_core = true;
+  qk.is_gemm = true;
+  qk.gemm = {s.b * heads, s.s, s.s, s.h / s.a};
   qk.fwd_flops = 2 * s.b * s.s * s.s * s.h / s.t;
   qk.bwd_flops = 2 * qk.fwd_flops;
   qk.bytes_read = 2 * ctx_bytes;
@@ -196,6 +203,8 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
   int ctx = B.tensor("attn.context", ctx_bytes);
   Op& pv = B.op("attn.pv", "bmm", {pd, ve}, {ctx}, {pd, ve});
   pv.attention_core = true;
+  pv.is_gemm = true;
+  pv.gemm = {s.b * heads, s.s, s.h / s.a, s.s};
   pv.fwd_flops = 2 * s.b * s.s * s.s * s.h / s.t;
   pv.bwd_flops = 2 * pv.fwd_flops;
   pv.bytes_read = scores * w(o) + ctx_bytes;

@@ -49,7 +49,8 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(auto f, JsonFields::of(j, what));
   MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "sequence_parallel", "micro_batch_size",
                                           "grad_accum_steps", "virtual_pipeline_stages", "recompute",
-                                          "stages", "comment"}));
+                                          "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "stages",
+                                          "comment"}));
   Plan p;
   MIST_TRY(p.dp, f.integer("dp", 1, kMaxDegree));
   MIST_TRY(p.tp, f.integer("tp", 1, 1024));
@@ -60,6 +61,9 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(p.virtual_pipeline_stages, f.integer_or("virtual_pipeline_stages", 1, 1, 1024));
   MIST_TRY(std::string rc, f.choice_or("recompute", "none", {"none", "selective"}));
   p.recompute = rc == "selective" ? Recompute::kSelective : Recompute::kNone;
+  MIST_TRY(p.overlap_grad_reduce, f.boolean_or("overlap_grad_reduce", true));
+  MIST_TRY(p.overlap_param_gather, f.boolean_or("overlap_param_gather", true));
+  MIST_TRY(p.overlap_tp_comm, f.boolean_or("overlap_tp_comm", false));
   if (!f.has("stages")) return fail(f.field_path("stages"), "is required but missing (one object per pipeline stage)");
   const Json& st = f.raw("stages");
   if (!st.is_array()) return fail(f.field_path("stages"), "must be an array with one object per pipeline stage");
@@ -93,6 +97,9 @@ Json plan_to_json(const Plan& p) {
               {"grad_accum_steps", p.grad_accum_steps},
               {"virtual_pipeline_stages", p.virtual_pipeline_stages},
               {"recompute", to_string(p.recompute)},
+              {"overlap_grad_reduce", p.overlap_grad_reduce},
+              {"overlap_param_gather", p.overlap_param_gather},
+              {"overlap_tp_comm", p.overlap_tp_comm},
               {"stages", stages}};
 }
 
@@ -135,6 +142,8 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
     return fail("plan.sequence_parallel",
                 fmt::format("sequence parallelism splits the sequence: tp = {} must divide seq_length {}",
                             p.tp, t.seq_length));
+  if (p.overlap_tp_comm && p.tp > 1 && !p.sequence_parallel)
+    return fail("plan.overlap_tp_comm", "overlapping TP communication needs sequence_parallel (as in Megatron)");
   if (p.virtual_pipeline_stages > 1) {
     if (p.pp < 2)
       return fail("plan.virtual_pipeline_stages", "an interleaved schedule needs pp >= 2");

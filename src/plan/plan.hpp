@@ -39,6 +39,13 @@ struct Plan {
   int64_t grad_accum_steps = 1;          // micro-batches per iteration per data-parallel rank
   int64_t virtual_pipeline_stages = 1;   // model chunks per pipeline rank (interleaved 1F1B)
   Recompute recompute = Recompute::kNone;
+  // Data-parallel communication overlapped with compute (Megatron --overlap-grad-reduce and
+  // --overlap-param-gather; PyTorch DDP overlaps gradient all-reduce too).
+  bool overlap_grad_reduce = true;
+  bool overlap_param_gather = true;
+  // Tensor-parallel collectives pipelined with the GEMMs that produce/consume them (Megatron
+  // --tp-comm-overlap with Transformer Engine userbuffers; needs sequence parallelism).
+  bool overlap_tp_comm = false;
   std::vector<StagePlan> stages;         // pp entries, first to last
   bool operator==(const Plan&) const = default;
 };

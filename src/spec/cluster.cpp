@@ -47,7 +47,7 @@ struct GpuNumber {
   bool positive;
 };
 
-const std::array<GpuNumber, 13> kGpuNumbers = {{
+const std::array<GpuNumber, 15> kGpuNumbers = {{
     {"memory_GiB", &GpuSpec::memory_bytes, kGiB, kMaxGiB, true},
     {"fp32_TFLOPS", &GpuSpec::fp32_flops, kTFLOPS, kMaxTflops, true},
     {"tf32_TFLOPS", &GpuSpec::tf32_flops, kTFLOPS, kMaxTflops, false},
@@ -61,6 +61,8 @@ const std::array<GpuNumber, 13> kGpuNumbers = {{
     {"blas_workspace_MiB", &GpuSpec::blas_workspace_bytes, kMiB, kMaxMiB, false},
     {"default_inter_node_GBps", &GpuSpec::default_inter_node_bw, kGB, kMaxGBps, true},
     {"default_host_memory_GiB", &GpuSpec::default_host_memory_bytes, kGiB, kMaxGiB, true},
+    {"sm_count", &GpuSpec::sm_count, 1.0, 100000.0, true},
+    {"matmul_bf16_TFLOPS", &GpuSpec::matmul_bf16_flops, kTFLOPS, kMaxTflops, false},
 }};
 
 // A number in [0, hi] (or (0, hi] when `positive`), returned in SI units.
@@ -116,7 +118,8 @@ Result<GpuSpec> gpu_from_json(const Json& j, const std::string& path, const GpuS
                                     "fp32_TFLOPS", "tf32_TFLOPS", "fp16_TFLOPS", "bf16_TFLOPS",
                                     "fp8_TFLOPS", "mem_bw_TBps", "link_GBps", "pcie_gen",
                                     "default_gpus_per_node", "context_MiB", "blas_workspace_MiB",
-                                    "default_inter_node_GBps", "default_host_memory_GiB"}));
+                                    "default_inter_node_GBps", "default_host_memory_GiB", "sm_count",
+                                    "matmul_bf16_TFLOPS"}));
   GpuSpec g = base ? *base : GpuSpec{};
   MIST_TRY(g.name, f.string("name"));
   if (g.name.empty()) return fail(f.field_path("name"), "must not be empty");

@@ -22,6 +22,8 @@ struct GpuSpec {
   double link_bw = 0;             // scale-up link (NVLink/XGMI) bytes/s per GPU, one direction; 0 = PCIe only
   int pcie_gen = 4;               // host link generation (x16)
   double compute_capability = 0;  // NVIDIA sm_XY as X.Y (8.0 = Ampere); 0 for non-NVIDIA
+  double sm_count = 0;            // streaming multiprocessors (AMD: compute units): GEMM wave size
+  double matmul_bf16_flops = 0;   // measured achievable bf16 matmul FLOP/s (MAMF); 0 = not measured
   std::string vendor;             // "nvidia", "amd" or "cpu"
   int default_gpus_per_node = 8;  // node shape when a cluster does not say
   // Framework overheads that depend on the device (see docs/memory-model.md):

@@ -1,0 +1,69 @@
+// Iteration time of a plan: per-layer op times (hardware/perf_model), tensor-parallel and
+// data-parallel communication (hardware/comm_model), the overlap of ZeRO collectives and offload
+// copies with compute, a stable per-micro-batch time T_i and an extra D_i for the first/last
+// micro-batch of each stage, and Mist's closed form for the pipeline:
+//   iteration = Σ T_i + (G - 1)·max T_i + max_i(D_i - Σ_{j<i} T_j)
+// (with v interleaved chunks the fill Σ T_i becomes max T + (Σ T_i - max T)/v).
+// docs/time-model.md explains each term and records the checks against published runs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hardware/comm_model.hpp"
+#include "hardware/perf_model.hpp"
+#include "plan/plan.hpp"
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+#include "spec/training.hpp"
+
+namespace mist::analysis {
+
+struct TimeConstants {
+  hardware::PerfConstants perf;
+  hardware::CommConstants comm;
+  // Slowdown of two overlapped streams (compute and an NCCL collective share SMs and HBM): each
+  // runs (1 + k) times slower while both run. An assumption until calibrated on a GPU.
+  double overlap_interference = 0.1;
+  // Megatron's data-parallel gradient buckets (--ddp-bucket-size default: 40M parameters): with
+  // overlap, the last bucket's reduction is always exposed.
+  double ddp_bucket_params = 40e6;
+  // Adam on the CPU for offloaded optimizer states, parameters per second per GPU (estimate).
+  double cpu_adam_params_per_s = 1e9;
+};
+
+struct TimeTerm {
+  std::string name, description;
+  double seconds = 0;
+};
+
+struct StageTime {
+  int index = 0;
+  double stable_s = 0;  // T_i: forward + backward of one micro-batch in the steady state
+  double delta_s = 0;   // D_i: extra of the iteration's first and last micro-batch on this stage
+  double fwd_s = 0, bwd_s = 0;     // the forward and backward parts of T_i
+  std::vector<TimeTerm> stable_terms;  // what T_i is made of
+  std::vector<TimeTerm> delta_terms;   // what D_i is made of
+};
+
+struct TimePrediction {
+  std::vector<StageTime> stages;
+  double iteration_time_s = 0;
+  double pipeline_fill_s = 0;     // Σ T_i (or its interleaved form)
+  double steady_s = 0;            // (G - 1)·max T_i
+  double exposed_delta_s = 0;     // max_i(D_i - Σ_{j<i} T_j), at least 0
+  double tokens_per_s = 0;
+  double model_flops_per_iteration = 0;  // 3 × forward matmul FLOPs, no recompute
+  double model_tflops_per_gpu = 0;
+  double mfu = 0;                 // model FLOP/s per GPU over the dense peak of the precision
+};
+
+// Mist's closed form (reference/mist.md §9); `v` interleaved chunks per stage shorten the fill.
+double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,
+                               int64_t micro_batches, int64_t v = 1);
+
+Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                    const spec::TrainingSpec& t, const plan::Plan& p,
+                                    const TimeConstants& k = {});
+
+}  // namespace mist::analysis

@@ -1,0 +1,43 @@
+// Communication time: NCCL ring collectives with an alpha-beta model over the cluster's links,
+// point-to-point transfers between pipeline stages, and host<->device copies over PCIe.
+// Constants and their sources: docs/time-model.md.
+#pragma once
+
+#include <cstdint>
+
+#include "spec/cluster.hpp"
+
+namespace mist::hardware {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter };
+
+struct CommConstants {
+  // Achievable fraction of the link bandwidth for large NCCL collectives: nccl-tests all-reduce
+  // bus bandwidth on an 8×A100 NVLink node is about 235 of 300 GB/s (ml-engineering).
+  double nvlink_efficiency = 0.78;
+  double network_efficiency = 0.85;  // InfiniBand/RoCE ring bus bandwidth vs line rate
+  double pcie_efficiency = 0.88;     // measured 55 of 63 GB/s on PCIe 5 x16 (ml-engineering)
+};
+
+// A group of `size` ranks; `crosses_nodes` when its members are on different nodes.
+struct Group {
+  int64_t size = 1;
+  bool crosses_nodes = false;
+};
+
+// Seconds for a collective whose full (unsharded) tensor has `bytes` bytes.
+double collective_time(const spec::ClusterSpec& c, Collective op, Group g, double bytes,
+                       const CommConstants& k = {});
+// Seconds to send `bytes` to a neighbour (pipeline p2p).
+double p2p_time(const spec::ClusterSpec& c, bool crosses_nodes, double bytes, const CommConstants& k = {});
+// Seconds to copy `bytes` between host and device over PCIe, one direction.
+double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConstants& k = {});
+
+// Where Megatron's rank order (tp fastest, then dp, then pp) puts each group.
+struct Placement {
+  Group tp, dp;
+  bool pp_crosses_nodes = false;  // neighbouring pipeline stages are on different nodes
+};
+Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp);
+
+}  // namespace mist::hardware

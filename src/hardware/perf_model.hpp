@@ -1,0 +1,49 @@
+// Analytical time of one op on a GPU: a precision-aware roofline. GEMMs run at the GPU's measured
+// achievable matmul rate, derated by tile and wave quantisation; everything else streams through
+// HBM. Each constant of PerfConstants is documented with its source in docs/time-model.md.
+#pragma once
+
+#include "graph/layer.hpp"
+#include "spec/cluster.hpp"
+#include "spec/training.hpp"
+
+namespace mist::hardware {
+
+struct PerfConstants {
+  // Achievable fraction of peak HBM bandwidth for streaming kernels (STREAM-like copies reach
+  // 85-92% on A100/H100).
+  double hbm_efficiency = 0.85;
+  // Achievable fraction of the dense tensor-core peak for large GEMMs where no MAMF measurement
+  // exists (measured MAMF/peak: A100 0.87, H100 0.80, B200 0.78, MI300X 0.51).
+  double default_matmul_efficiency = 0.8;
+  // Fixed cost of one kernel launch on the critical path.
+  double kernel_launch_s = 4e-6;
+  // FlashAttention-2 throughput as a fraction of the dense peak (Dao 2023: forward up to 73%,
+  // backward up to 63% of A100 peak at long sequences).
+  double flash_fwd_efficiency = 0.70;
+  double flash_bwd_efficiency = 0.60;
+};
+
+// Dense peak FLOP/s for matrix math in this precision (fp32 training uses the fp32 pipes: PyTorch
+// disables TF32 for matmuls by default).
+double peak_matmul_flops(const spec::GpuSpec& g, spec::Dtype d);
+// What a large, well-shaped GEMM achieves: MAMF when measured (scaled to the precision), else
+// peak × default efficiency.
+double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const PerfConstants& k = {});
+
+// Time of C[m×n] = A[m×k]·B[k×n], `batch` times, elements of `bytes` each.
+double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k,
+                 const PerfConstants& c = {});
+// Time of a kernel that moves `bytes` through HBM.
+double streaming_time(const spec::GpuSpec& g, double bytes, const PerfConstants& c = {});
+
+struct OpTime {
+  double fwd = 0;  // seconds
+  double bwd = 0;  // seconds: input gradients and weight gradients
+};
+
+// Time of one lowered op with its symbols bound (b, s, h, a, g, f, V, t).
+OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const sym::Bindings& at,
+               const PerfConstants& c = {});
+
+}  // namespace mist::hardware
