@@ -1,0 +1,99 @@
+#include "analysis/time_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include "test_jobs.hpp"
+
+namespace mist::analysis {
+namespace {
+
+using mist::testing::cluster;
+using mist::testing::training;
+
+TEST(ClosedForm, MatchesHandComputedCases) {
+  // Uniform stages, no deltas: pp·T + (G-1)·T.
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1, 1}, {0, 0, 0, 0}, 8, 1), 4 + 7);
+  // Bottleneck stage dominates the steady state.
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 3, 1}, {0, 0, 0}, 5, 1), 5 + 4 * 3);
+  // A delta on a later stage hides behind the stages before it.
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1}, {0, 0, 1.5}, 2, 1), 3 + 1 + 0);
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1}, {2, 0, 0}, 2, 1), 3 + 1 + 2);
+  // Interleaving shortens the fill: T + (pp - 1)·T/v.
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({2, 2, 2, 2}, {0, 0, 0, 0}, 8, 2), 2 + 3.0 + 7 * 2);
+}
+
+struct Job {
+  spec::ModelSpec m = *spec::catalog_model("llama2-7b");
+  spec::ClusterSpec c = cluster("A100-SXM4-80GB", 2, 8);
+  spec::TrainingSpec t = training(256, 4096, spec::Dtype::kBf16, true, false);
+  TimePrediction run(const plan::Plan& p) {
+    auto r = predict_time(m, c, t, p);
+    EXPECT_TRUE(r.has_value()) << r.error().to_string();
+    return r.value_or(TimePrediction{});
+  }
+};
+
+TEST(TimeModel, RecomputeAndShardingCostTime) {
+  Job s;
+  const auto base = s.run(plan::uniform_plan(s.m, 4, 2, 2, 1, 64, {}));
+  plan::StagePlan ck;
+  ck.ckpt_layers = 16;
+  const auto full = s.run(plan::uniform_plan(s.m, 4, 2, 2, 1, 64, ck));
+  // Full recompute adds one forward: about a third more compute.
+  EXPECT_GT(full.iteration_time_s / base.iteration_time_s, 1.2);
+  EXPECT_LT(full.iteration_time_s / base.iteration_time_s, 1.45);
+  plan::StagePlan z3;
+  z3.zero = 3;
+  EXPECT_GT(s.run(plan::uniform_plan(s.m, 4, 2, 2, 1, 64, z3)).iteration_time_s, base.iteration_time_s);
+  plan::StagePlan off;
+  off.offload.optimizer_states = 1.0;
+  EXPECT_GT(s.run(plan::uniform_plan(s.m, 4, 2, 2, 1, 64, off)).iteration_time_s, base.iteration_time_s);
+  // Model FLOPs do not count recompute: the same for both plans, so MFU drops with recompute.
+  EXPECT_DOUBLE_EQ(full.model_flops_per_iteration, base.model_flops_per_iteration);
+  EXPECT_LT(full.mfu, base.mfu);
+}
+
+TEST(TimeModel, BubbleShrinksWithMoreMicroBatchesAndInterleaving) {
+  Job s;
+  s.c = cluster("A100-SXM4-80GB", 1, 8);
+  s.t.global_batch_size = 32;
+  const auto few = s.run(plan::uniform_plan(s.m, 1, 2, 4, 4, 8, {}));
+  s.t.global_batch_size = 128;
+  const auto many = s.run(plan::uniform_plan(s.m, 1, 2, 4, 4, 32, {}));
+  // Per sequence, a longer pipeline run amortises the fill.
+  EXPECT_LT(many.iteration_time_s / 128, few.iteration_time_s / 32);
+  auto inter = plan::uniform_plan(s.m, 1, 2, 4, 4, 32, {});
+  inter.virtual_pipeline_stages = 2;
+  EXPECT_LT(s.run(inter).pipeline_fill_s, many.pipeline_fill_s);
+}
+
+TEST(TimeModel, FasterGpusAreFaster) {
+  Job s;
+  s.m = *spec::catalog_model("llama2-70b");
+  s.t.global_batch_size = 64;
+  auto p = plan::uniform_plan(s.m, 2, 8, 4, 1, 32, {});
+  p.sequence_parallel = true;
+  double last = 0;
+  for (const char* gpu : {"H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB"}) {
+    s.c = cluster(gpu, 8, 8);
+    const double tps = s.run(p).tokens_per_s;
+    if (last > 0) EXPECT_LT(tps, last) << gpu;
+    last = tps;
+  }
+}
+
+TEST(TimeModel, TensorParallelCommunicationCanOverlap) {
+  Job s;
+  auto p = plan::uniform_plan(s.m, 2, 8, 1, 1, 128, {});
+  p.sequence_parallel = true;
+  const double serial = s.run(p).iteration_time_s;
+  p.overlap_tp_comm = true;
+  EXPECT_LT(s.run(p).iteration_time_s, serial);
+  p.sequence_parallel = false;
+  auto bad = predict_time(s.m, s.c, s.t, p);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().path, "plan.overlap_tp_comm");
+}
+
+}  // namespace
+}  // namespace mist::analysis

@@ -1,0 +1,77 @@
+#include <gtest/gtest.h>
+
+#include "hardware/comm_model.hpp"
+#include "hardware/perf_model.hpp"
+
+namespace mist::hardware {
+namespace {
+
+spec::ClusterSpec cluster(const std::string& gpu, int64_t nodes, int64_t per_node) {
+  return *spec::cluster_from_json(Json{{"gpu", gpu}, {"nodes", nodes}, {"gpus_per_node", per_node}}, "cluster");
+}
+
+TEST(PerfModel, LargeGemmRunsAtTheMeasuredRate) {
+  const auto g = *spec::catalog_gpu("A100-SXM4-80GB");
+  // 108 SMs × 256×128 tiles: m = 108·256·4, n = 128 gives exactly 4 full waves.
+  const double m = 108 * 256 * 4, n = 128 * 8, k = 8192;
+  const double t = gemm_time(g, spec::Dtype::kBf16, 1, m, n, k);
+  const double rate = 2 * m * n * k / t;
+  EXPECT_NEAR(rate / 271.2e12, 1.0, 0.01);
+  // fp32 runs on the fp32 pipes at 0.8 of 19.5 TFLOP/s (no MAMF measured for fp32).
+  const double t32 = gemm_time(g, spec::Dtype::kFp32, 1, m, n, k);
+  EXPECT_NEAR(2 * m * n * k / t32 / (0.8 * 19.5e12), 1.0, 0.01);
+}
+
+TEST(PerfModel, WaveQuantisationAndMemoryBound) {
+  const auto g = *spec::catalog_gpu("H100-SXM5-80GB");
+  const double k = 4096;
+  // 12×11 tiles of 256×128 fill H100's 132 SMs exactly; one more row spills into a second wave
+  // (smaller tiles soften it, at their lower efficiency).
+  const double full = gemm_time(g, spec::Dtype::kBf16, 1, 256 * 12, 128 * 11, k);
+  const double spill = gemm_time(g, spec::Dtype::kBf16, 1, 256 * 12 + 1, 128 * 11, k);
+  EXPECT_GT(spill / full, 1.4);
+  // A skinny GEMM (batch·k reads dominate) is limited by HBM bandwidth.
+  const double m = 1, n = 16384, kk = 16384;
+  const double t = gemm_time(g, spec::Dtype::kBf16, 1, m, n, kk);
+  const double bytes = (m * kk + kk * n + m * n) * 2;
+  EXPECT_NEAR(t, bytes / (3.35e12 * 0.85) + 4e-6, 1e-9);
+  EXPECT_GT(t, 2 * m * n * kk / 794.5e12);
+}
+
+TEST(PerfModel, StreamingUsesHbmBandwidth) {
+  const auto g = *spec::catalog_gpu("A100-SXM4-40GB");
+  EXPECT_NEAR(streaming_time(g, 1.555e12 * 0.85), 1.0 + 4e-6, 1e-9);
+  EXPECT_EQ(streaming_time(g, 0), 0);
+  // Faster memory, same work: H200 streams faster than H100.
+  EXPECT_LT(streaming_time(*spec::catalog_gpu("H200-SXM-141GB"), 1e9),
+            streaming_time(*spec::catalog_gpu("H100-SXM5-80GB"), 1e9));
+}
+
+TEST(CommModel, RingFormulas) {
+  const auto c = cluster("A100-SXM4-80GB", 2, 8);
+  const double B = 1e9, bw = 300e9 * 0.78, a = c.intra_node_latency;
+  const Group g{8, false};
+  EXPECT_NEAR(collective_time(c, Collective::kAllReduce, g, B), 2 * (7.0 / 8 * B / bw + 7 * a), 1e-12);
+  EXPECT_NEAR(collective_time(c, Collective::kAllGather, g, B), 7.0 / 8 * B / bw + 7 * a, 1e-12);
+  EXPECT_EQ(collective_time(c, Collective::kAllReduce, Group{1, false}, B), 0);
+  // Leaving the node runs at the per-GPU network share: much slower than NVLink.
+  EXPECT_GT(collective_time(c, Collective::kAllReduce, Group{16, true}, B),
+            5 * collective_time(c, Collective::kAllReduce, Group{8, false}, B));
+}
+
+TEST(CommModel, MegatronPlacement) {
+  const auto c = cluster("H100-SXM5-80GB", 4, 8);
+  auto p = place_groups(c, 8, 2, 2);  // TP fills a node: DP and PP cross nodes
+  EXPECT_FALSE(p.tp.crosses_nodes);
+  EXPECT_TRUE(p.dp.crosses_nodes);
+  EXPECT_TRUE(p.pp_crosses_nodes);
+  p = place_groups(c, 2, 4, 4);  // tp·dp = 8: DP inside a node
+  EXPECT_FALSE(p.dp.crosses_nodes);
+  EXPECT_TRUE(p.pp_crosses_nodes);
+  p = place_groups(c, 2, 2, 8);
+  EXPECT_FALSE(p.pp_crosses_nodes);
+  EXPECT_NEAR(host_copy_time(c, 63e9 * 0.88), 1.0, 1e-12);  // PCIe 5 x16
+}
+
+}  // namespace
+}  // namespace mist::hardware
