@@ -21,5 +21,6 @@ struct Command {
 // One per source file (predict_command.cpp, list_command.cpp, ...).
 std::vector<Command> add_predict_commands(CLI::App& app);  // predict, explain
 std::vector<Command> add_list_command(CLI::App& app);      // list
+std::vector<Command> add_simulate_command(CLI::App& app);  // simulate
 
 }  // namespace mist::cli

@@ -302,19 +302,23 @@ Json chrome_trace(const SimResult& r) {
                     {"args", {{"sort_index", s}}}});
     }
   }
-  constexpr double kUs = 1e6;
+  // Times on a whole nanosecond, so that a task starting when the previous one on its stream
+  // ends does not overlap it by a rounding error (viewers drop events that do not nest).
+  auto ns = [](double seconds) { return std::llround(seconds * 1e9); };
+  auto us = [&](double seconds) { return static_cast<double>(ns(seconds)) / 1e3; };
   for (const auto& e : r.events) {
     const char* cat = e.stream == Stream::kCompute ? (e.name[0] == 'F' ? "forward" : "backward")
                       : e.name.starts_with("send ")  ? "p2p"
                       : e.stream == Stream::kCollective ? "collective"
                                                         : "copy";
-    ev.push_back({{"name", e.name}, {"cat", cat}, {"ph", "X"}, {"ts", e.start * kUs},
-                  {"dur", (e.end - e.start) * kUs}, {"pid", e.stage + 1}, {"tid", static_cast<int>(e.stream) + 1}});
+    ev.push_back({{"name", e.name}, {"cat", cat}, {"ph", "X"}, {"ts", us(e.start)},
+                  {"dur", static_cast<double>(ns(e.end) - ns(e.start)) / 1e3}, {"pid", e.stage + 1}, {"tid", static_cast<int>(e.stream) + 1}});
   }
   for (const auto& m : r.memory)
-    ev.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", m.time * kUs}, {"pid", m.stage + 1},
+    ev.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", us(m.time)}, {"pid", m.stage + 1},
                   {"args", {{"bytes", m.bytes}}}});
-  return Json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}};
+  // No displayTimeUnit: some Perfetto versions read it as the unit of ts.
+  return Json{{"traceEvents", ev}};
 }
 
 }  // namespace mist::sim

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <set>
 
@@ -333,6 +334,16 @@ TEST(ChromeTrace, FollowsTheTraceEventFormat) {
   EXPECT_EQ(processes, (std::set<std::pair<int, std::string>>{{1, "stage 0"}, {2, "stage 1"}}));
   EXPECT_EQ(threads, (std::set<std::pair<int, std::string>>{{1, "compute"}, {2, "collective"}, {3, "h2d"}, {4, "d2h"}}));
   EXPECT_EQ(complete, r.events.size());
+  // Complete events on one thread must nest; ours follow one another (whole nanoseconds).
+  std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>> slices;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X")
+      slices[{e["pid"].get<int>(), e["tid"].get<int>()}].push_back(
+          {std::llround(e["ts"].get<double>() * 1000), std::llround(e["dur"].get<double>() * 1000)});
+  for (auto& [thread, v] : slices) {
+    std::sort(v.begin(), v.end());
+    for (size_t k = 1; k < v.size(); ++k) EXPECT_GE(v[k].first, v[k - 1].first + v[k - 1].second);
+  }
   EXPECT_EQ(counters, r.memory.size());
   // Stage 0's last event is the gradient sync, 5 ms long.
   EXPECT_NE(t.dump().find("\"gradient_sync\""), std::string::npos);
