@@ -156,6 +156,38 @@ double in_flight_micro_batches(const plan::Plan& p, int stage) {
   return chunks / v;
 }
 
+sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                          const plan::Plan& p, const plan::StagePlan& st, int index, double nccl_bytes) {
+  const double dp = static_cast<double>(p.dp);
+  const bool first = index == 0, last = index + 1 == p.pp;
+  sym::Bindings k = lm.dims;
+  k["b"] = static_cast<double>(p.micro_batch_size);
+  k["t"] = static_cast<double>(p.tp);
+  k["d"] = dp;
+  k["l"] = static_cast<double>(st.num_layers);
+  k["c"] = static_cast<double>(st.ckpt_layers);
+  k["p"] = in_flight_micro_batches(p, index);
+  k["zw"] = st.zero >= 3 ? dp : 1.0;
+  k["zg"] = st.zero >= 2 ? dp : 1.0;
+  k["zo"] = st.zero >= 1 ? dp : 1.0;
+  k["wo"] = st.offload.weights;
+  k["go"] = st.offload.gradients;
+  k["oo"] = st.offload.optimizer_states;
+  k["ao"] = st.offload.activations;
+  k["E"] = first ? 1.0 : 0.0;
+  k["H"] = last ? 1.0 : 0.0;
+  k["T"] = last && p.pp > 1 && m.tie_word_embeddings ? 1.0 : 0.0;
+  k["Q"] = p.pp > 1 ? 1.0 : 0.0;
+  k["W"] = (st.zero >= 3 && p.dp > 1) || st.offload.weights > 0 ? 1.0 : 0.0;
+  k["G"] = (st.zero >= 2 && p.dp > 1) || st.offload.gradients > 0 ? 1.0 : 0.0;
+  k["O"] = st.offload.optimizer_states > 0 ? 1.0 : 0.0;
+  k["A"] = st.offload.activations > 0 ? 1.0 : 0.0;
+  k["C_ctx"] = c.gpu.cuda_context_bytes;
+  k["C_blas"] = c.gpu.blas_workspace_bytes;
+  k["C_nccl"] = nccl_bytes;
+  return k;
+}
+
 Result<MemoryPrediction> predict_memory(const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                         const spec::TrainingSpec& t, const plan::Plan& p) {
   MIST_CHECK(plan::validate_plan(p, m, c, t));
@@ -169,34 +201,7 @@ Result<MemoryPrediction> predict_memory(const spec::ModelSpec& m, const spec::Cl
   std::vector<double> in(n_in * rows), out(M.program.num_outputs() * rows);
   std::vector<sym::Bindings> knobs(rows);
   for (size_t r = 0; r < rows; ++r) {
-    const auto& st = p.stages[r];
-    const double dp = static_cast<double>(p.dp);
-    const bool first = r == 0, last = r + 1 == rows;
-    sym::Bindings k = lm.dims;
-    k["b"] = static_cast<double>(p.micro_batch_size);
-    k["t"] = static_cast<double>(p.tp);
-    k["d"] = dp;
-    k["l"] = static_cast<double>(st.num_layers);
-    k["c"] = static_cast<double>(st.ckpt_layers);
-    k["p"] = in_flight_micro_batches(p, static_cast<int>(r));
-    k["zw"] = st.zero >= 3 ? dp : 1.0;
-    k["zg"] = st.zero >= 2 ? dp : 1.0;
-    k["zo"] = st.zero >= 1 ? dp : 1.0;
-    k["wo"] = st.offload.weights;
-    k["go"] = st.offload.gradients;
-    k["oo"] = st.offload.optimizer_states;
-    k["ao"] = st.offload.activations;
-    k["E"] = first ? 1.0 : 0.0;
-    k["H"] = last ? 1.0 : 0.0;
-    k["T"] = last && p.pp > 1 && m.tie_word_embeddings ? 1.0 : 0.0;
-    k["Q"] = p.pp > 1 ? 1.0 : 0.0;
-    k["W"] = (st.zero >= 3 && p.dp > 1) || st.offload.weights > 0 ? 1.0 : 0.0;
-    k["G"] = (st.zero >= 2 && p.dp > 1) || st.offload.gradients > 0 ? 1.0 : 0.0;
-    k["O"] = st.offload.optimizer_states > 0 ? 1.0 : 0.0;
-    k["A"] = st.offload.activations > 0 ? 1.0 : 0.0;
-    k["C_ctx"] = c.gpu.cuda_context_bytes;
-    k["C_blas"] = c.gpu.blas_workspace_bytes;
-    k["C_nccl"] = nccl;
+    sym::Bindings k = stage_knobs(lm, m, c, p, p.stages[r], static_cast<int>(r), nccl);
     for (size_t i = 0; i < n_in; ++i) in[i * rows + r] = k.at(M.inputs[i]);
     knobs[r] = std::move(k);
   }

@@ -98,4 +98,10 @@ Result<MemoryPrediction> predict_memory(const spec::ModelSpec& m, const spec::Cl
 // 1F1B, or interleaved 1F1B when virtual_pipeline_stages > 1.
 double in_flight_micro_batches(const plan::Plan& p, int stage);
 
+// The values of every input of StageMemoryModel::program for stage `index` of plan `p` run with
+// the settings `st` (which need not be p.stages[index]: the tuner tries many). `nccl_bytes` is
+// nccl_buffer_bytes(p, c), the same for every stage.
+sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                          const plan::Plan& p, const plan::StagePlan& st, int index, double nccl_bytes);
+
 }  // namespace mist::analysis

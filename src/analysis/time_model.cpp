@@ -18,15 +18,6 @@ double eval(const sym::Expr& e, const sym::Bindings& at) {
   return v ? *v : 0.0;
 }
 
-// One layer, one micro-batch, one GPU.
-struct LayerTimes {
-  double fwd = 0, bwd = 0;          // compute
-  double fwd_tp = 0, bwd_tp = 0;    // tensor-parallel collectives (not overlapped, as in Mist)
-  double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
-  double params = 0;                // parameters held by one GPU
-  double saved = 0;                 // activation bytes kept for backward
-};
-
 LayerTimes layer_times(const graph::Layer& L, const sym::Bindings& at, const spec::ClusterSpec& c,
                        spec::Dtype d, hardware::Group tp, bool selective, const TimeConstants& k) {
   LayerTimes r;
@@ -74,133 +65,29 @@ double pipeline_iteration_time(const std::vector<double>& stable, const std::vec
   return fill + static_cast<double>(micro_batches - 1) * mx + exposed;
 }
 
-Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                    const spec::TrainingSpec& t, const plan::Plan& p,
-                                    const TimeConstants& k) {
-  MIST_CHECK(plan::validate_plan(p, m, c, t));
+StageTimer StageTimer::create(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
+                              const plan::Plan& p, const TimeConstants& k) {
+  StageTimer r;
+  r.cluster_ = c;
+  r.training_ = t;
+  r.layout_ = p;
+  r.layout_.stages.clear();
+  r.k_ = k;
   const bool sp = p.sequence_parallel && p.tp > 1;
   const bool selective = p.recompute == plan::Recompute::kSelective;
   const auto lm = graph::lower(m, t.seq_length, graph::lowering_options(t, sp));
   sym::Bindings at = lm.dims;
   at["b"] = static_cast<double>(p.micro_batch_size);
   at["t"] = static_cast<double>(p.tp);
-  const auto place = hardware::place_groups(c, p.tp, p.dp, p.pp);
-  const spec::Dtype d = t.precision;
-
-  const LayerTimes blk = layer_times(lm.block, at, c, d, place.tp, selective, k);
-  const LayerTimes emb = layer_times(lm.embedding, at, c, d, place.tp, selective, k);
-  const LayerTimes head = layer_times(lm.head, at, c, d, place.tp, selective, k);
-  const double tied = eval(lm.tied_head_params, at);
-
-  const double wb = spec::dtype_bytes(t.precision), gb = spec::dtype_bytes(t.grad_dtype);
-  const double G = static_cast<double>(p.grad_accum_steps), v = static_cast<double>(p.virtual_pipeline_stages);
+  r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp);
+  r.blk_ = layer_times(lm.block, at, c, t.precision, r.place_.tp, selective, k);
+  r.emb_ = layer_times(lm.embedding, at, c, t.precision, r.place_.tp, selective, k);
+  r.head_ = layer_times(lm.head, at, c, t.precision, r.place_.tp, selective, k);
+  r.tied_params_ = eval(lm.tied_head_params, at);
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks).
-  const double boundary = at["s"] * at["b"] * at["h"] * wb / static_cast<double>(p.tp);
-  const double p2p = hardware::p2p_time(c, place.pp_crosses_nodes, boundary, k.comm);
-
-  TimePrediction out;
-  std::vector<double> T, D;
-  for (size_t i = 0; i < p.stages.size(); ++i) {
-    const auto& st = p.stages[i];
-    const bool first = i == 0, last = i + 1 == p.stages.size();
-    const double l = static_cast<double>(st.num_layers), ck = static_cast<double>(st.ckpt_layers);
-    const double dp = static_cast<double>(p.dp);
-    const auto& off = st.offload;
-    StageTime s;
-    s.index = static_cast<int>(i);
-
-    // Per block: ZeRO-3 gathers the block's weights in forward and backward, ZeRO-2+ reduce-
-    // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe.
-    const double w_bytes = blk.params * wb, g_bytes = blk.params * gb;
-    const double ag = st.zero >= 3 ? hardware::collective_time(c, Collective::kAllGather, place.dp, w_bytes, k.comm) : 0;
-    const double rs = st.zero >= 2 ? hardware::collective_time(c, Collective::kReduceScatter, place.dp, g_bytes, k.comm) : 0;
-    const double w_shard = st.zero >= 3 ? w_bytes / dp : w_bytes;
-    const double g_shard = st.zero >= 2 ? g_bytes / dp : g_bytes;
-    const double w_swap = hardware::host_copy_time(c, off.weights * w_shard, k.comm);
-    const double g_swap = hardware::host_copy_time(c, off.gradients * g_shard, k.comm);
-    const double a_swap = hardware::host_copy_time(c, off.activations * blk.saved, k.comm);
-    const double fi = k.overlap_interference;
-    // TP collectives are serial (Mist's assumption) unless pipelined with their GEMMs.
-    const bool tp_hidden = p.overlap_tp_comm && p.tp > 1;
-    const double fwd_tp = tp_hidden ? 0 : blk.fwd_tp, bwd_tp = tp_hidden ? 0 : blk.bwd_tp;
-    const double fwd_tp_ov = tp_hidden ? blk.fwd_tp : 0, bwd_tp_ov = tp_hidden ? blk.bwd_tp : 0;
-    const double blk_fwd = overlapped(blk.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp;
-    const double recompute_full = blk.fwd + blk.fwd_tp;
-    const double blk_bwd_nc = overlapped(blk.bwd + (selective ? blk.core_fwd : 0), ag + rs + bwd_tp_ov,
-                                         w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp;
-    const double blk_bwd_ck = overlapped(blk.bwd + recompute_full, ag + rs + bwd_tp_ov + fwd_tp_ov,
-                                         w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp;
-
-    const double fwd = l * blk_fwd + (first ? emb.fwd + emb.fwd_tp : 0) + (last ? head.fwd + head.fwd_tp : 0);
-    const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? emb.bwd + emb.bwd_tp : 0) +
-                       (last ? head.bwd + head.bwd_tp : 0);
-    const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
-    const double p2p_s = n_boundaries * v * p2p;
-    s.fwd_s = fwd;
-    s.bwd_s = bwd;
-    s.stable_s = fwd + bwd + p2p_s;
-    s.stable_terms = {
-        {"forward", "blocks, embedding/head forward incl. TP collectives and overlapped ZeRO-3/offload", fwd},
-        {"backward", "input and weight gradients, recompute, TP collectives, overlapped ZeRO/offload", bwd},
-        {"recompute", "(part of backward) forward recomputation of checkpointed blocks / attention cores",
-         ck * recompute_full + (selective ? (l - ck) * blk.core_fwd : 0)},
-        {"tp_communication", "(part of forward and backward) tensor-parallel collectives",
-         l * (blk.fwd_tp + blk.bwd_tp) + ck * blk.fwd_tp},
-        {"pipeline_p2p", "sending activations and their gradients to neighbouring stages", p2p_s},
-    };
-
-    // Once per iteration: gradient reduction (ZeRO-0/1), the all-gather of updated parameters
-    // (ZeRO-1+; ZeRO-3 gathers per layer instead), the optimizer step, the tied-embedding sync.
-    const double stage_params = l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0) +
-                                (last && p.pp > 1 ? tied : 0);
-    double grad_sync = 0, param_gather = 0;
-    if (st.zero <= 1) {
-      grad_sync = hardware::collective_time(c, st.zero == 1 ? Collective::kReduceScatter : Collective::kAllReduce,
-                                            place.dp, stage_params * gb, k.comm);
-      if (p.overlap_grad_reduce) {
-        const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
-        grad_sync = std::max(grad_sync - bwd, grad_sync * bucket);
-      }
-    }
-    if (st.zero >= 1 && st.zero <= 2) {
-      param_gather = hardware::collective_time(c, Collective::kAllGather, place.dp, stage_params * wb, k.comm);
-      if (p.overlap_param_gather) {
-        const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
-        param_gather = std::max(param_gather - fwd, param_gather * bucket);
-      }
-    }
-    // Adam streams fp32 master, m and v (read and write), the gradient and the new parameter.
-    const double local = stage_params / (st.zero >= 1 ? dp : 1.0);
-    const double state_bytes = optimizer_bytes_per_param(t);
-    const double step_gpu = hardware::streaming_time(c.gpu, (1 - off.optimizer_states) * local *
-                                                                (2 * state_bytes + gb + wb), k.perf);
-    const double step_cpu = off.optimizer_states > 0
-                                ? off.optimizer_states * local / k.cpu_adam_params_per_s +
-                                      hardware::host_copy_time(c, off.optimizer_states * local * (gb + wb), k.comm)
-                                : 0;
-    const double step = std::max(step_gpu, step_cpu);
-    const double tied_sync = (p.pp > 1 && tied > 0 && (first || last))
-                                 ? hardware::p2p_time(c, c.nodes > 1, tied * gb, k.comm) * 2
-                                 : 0;
-    s.delta_s = grad_sync + param_gather + step + tied_sync;
-    s.delta_terms = {
-        {"gradient_sync", "data-parallel gradient all-reduce / reduce-scatter not hidden by backward", grad_sync},
-        {"parameter_gather", "ZeRO-1/2 all-gather of updated parameters not hidden by forward", param_gather},
-        {"optimizer_step", "optimizer update on the GPU (and on the CPU for offloaded states)", step},
-        {"tied_embedding_sync", "all-reduce of the tied embedding gradient between first and last stage", tied_sync},
-    };
-    T.push_back(s.stable_s);
-    D.push_back(s.delta_s);
-    out.stages.push_back(std::move(s));
-  }
-
-  const double sum = std::accumulate(T.begin(), T.end(), 0.0);
-  const double mx = *std::max_element(T.begin(), T.end());
-  out.iteration_time_s = pipeline_iteration_time(T, D, p.grad_accum_steps, p.virtual_pipeline_stages);
-  out.pipeline_fill_s = p.virtual_pipeline_stages > 1 ? mx + (sum - mx) / v : sum;
-  out.steady_s = (G - 1) * mx;
-  out.exposed_delta_s = out.iteration_time_s - out.pipeline_fill_s - out.steady_s;
+  const double boundary = at["s"] * at["b"] * at["h"] * spec::dtype_bytes(t.precision) / static_cast<double>(p.tp);
+  r.p2p_s_ = hardware::p2p_time(c, r.place_.pp_crosses_nodes, boundary, k.comm);
 
   // Model FLOPs: 3 × the forward matmul FLOPs of the whole model (no recompute), one sequence at t = 1.
   sym::Bindings one = lm.dims;
@@ -212,12 +99,139 @@ Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::Cluste
       if (op.is_gemm || op.kind == "flash_attention") f += eval(op.fwd_flops, one);
     return f;
   };
-  const double per_sequence = matmul_flops(lm.embedding) + m.num_layers * matmul_flops(lm.block) + matmul_flops(lm.head);
-  out.model_flops_per_iteration = 3.0 * per_sequence * static_cast<double>(t.global_batch_size);
+  const double per_sequence =
+      matmul_flops(lm.embedding) + m.num_layers * matmul_flops(lm.block) + matmul_flops(lm.head);
+  r.model_flops_ = 3.0 * per_sequence * static_cast<double>(t.global_batch_size);
+  return r;
+}
+
+StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
+  const auto& p = layout_;
+  const auto& c = cluster_;
+  const auto& t = training_;
+  const auto& k = k_;
+  const auto& blk = blk_;
+  const auto& emb = emb_;
+  const auto& head = head_;
+  const bool selective = p.recompute == plan::Recompute::kSelective;
+  const double wb = spec::dtype_bytes(t.precision), gb = spec::dtype_bytes(t.grad_dtype);
+  const double v = static_cast<double>(p.virtual_pipeline_stages);
+  const bool first = index == 0, last = index + 1 == p.pp;
+  const double l = static_cast<double>(st.num_layers), ck = static_cast<double>(st.ckpt_layers);
+  const double dp = static_cast<double>(p.dp);
+  const auto& off = st.offload;
+  const auto& place = place_;
+  StageTime s;
+  s.index = index;
+  // Per block: ZeRO-3 gathers the block's weights in forward and backward, ZeRO-2+ reduce-
+  // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe.
+  const double w_bytes = blk.params * wb, g_bytes = blk.params * gb;
+  const double ag = st.zero >= 3 ? hardware::collective_time(c, Collective::kAllGather, place.dp, w_bytes, k.comm) : 0;
+  const double rs = st.zero >= 2 ? hardware::collective_time(c, Collective::kReduceScatter, place.dp, g_bytes, k.comm) : 0;
+  const double w_shard = st.zero >= 3 ? w_bytes / dp : w_bytes;
+  const double g_shard = st.zero >= 2 ? g_bytes / dp : g_bytes;
+  const double w_swap = hardware::host_copy_time(c, off.weights * w_shard, k.comm);
+  const double g_swap = hardware::host_copy_time(c, off.gradients * g_shard, k.comm);
+  const double a_swap = hardware::host_copy_time(c, off.activations * blk.saved, k.comm);
+  const double fi = k.overlap_interference;
+  // TP collectives are serial (Mist's assumption) unless pipelined with their GEMMs.
+  const bool tp_hidden = p.overlap_tp_comm && p.tp > 1;
+  const double fwd_tp = tp_hidden ? 0 : blk.fwd_tp, bwd_tp = tp_hidden ? 0 : blk.bwd_tp;
+  const double fwd_tp_ov = tp_hidden ? blk.fwd_tp : 0, bwd_tp_ov = tp_hidden ? blk.bwd_tp : 0;
+  const double blk_fwd = overlapped(blk.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp;
+  const double recompute_full = blk.fwd + blk.fwd_tp;
+  const double blk_bwd_nc = overlapped(blk.bwd + (selective ? blk.core_fwd : 0), ag + rs + bwd_tp_ov,
+                                       w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp;
+  const double blk_bwd_ck = overlapped(blk.bwd + recompute_full, ag + rs + bwd_tp_ov + fwd_tp_ov,
+                                       w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp;
+
+  const double fwd = l * blk_fwd + (first ? emb.fwd + emb.fwd_tp : 0) + (last ? head.fwd + head.fwd_tp : 0);
+  const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? emb.bwd + emb.bwd_tp : 0) +
+                     (last ? head.bwd + head.bwd_tp : 0);
+  const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
+  const double p2p_s = n_boundaries * v * p2p_s_;
+  s.fwd_s = fwd;
+  s.bwd_s = bwd;
+  s.stable_s = fwd + bwd + p2p_s;
+  s.stable_terms = {
+      {"forward", "blocks, embedding/head forward incl. TP collectives and overlapped ZeRO-3/offload", fwd},
+      {"backward", "input and weight gradients, recompute, TP collectives, overlapped ZeRO/offload", bwd},
+      {"recompute", "(part of backward) forward recomputation of checkpointed blocks / attention cores",
+       ck * recompute_full + (selective ? (l - ck) * blk.core_fwd : 0)},
+      {"tp_communication", "(part of forward and backward) tensor-parallel collectives",
+       l * (blk.fwd_tp + blk.bwd_tp) + ck * blk.fwd_tp},
+      {"pipeline_p2p", "sending activations and their gradients to neighbouring stages", p2p_s},
+  };
+
+  // Once per iteration: gradient reduction (ZeRO-0/1), the all-gather of updated parameters
+  // (ZeRO-1+; ZeRO-3 gathers per layer instead), the optimizer step, the tied-embedding sync.
+  const double stage_params = l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0) +
+                              (last && p.pp > 1 ? tied_params_ : 0);
+  double grad_sync = 0, param_gather = 0;
+  if (st.zero <= 1) {
+    grad_sync = hardware::collective_time(c, st.zero == 1 ? Collective::kReduceScatter : Collective::kAllReduce,
+                                          place.dp, stage_params * gb, k.comm);
+    if (p.overlap_grad_reduce) {
+      const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
+      grad_sync = std::max(grad_sync - bwd, grad_sync * bucket);
+    }
+  }
+  if (st.zero >= 1 && st.zero <= 2) {
+    param_gather = hardware::collective_time(c, Collective::kAllGather, place.dp, stage_params * wb, k.comm);
+    if (p.overlap_param_gather) {
+      const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
+      param_gather = std::max(param_gather - fwd, param_gather * bucket);
+    }
+  }
+  // Adam streams fp32 master, m and v (read and write), the gradient and the new parameter.
+  const double local = stage_params / (st.zero >= 1 ? dp : 1.0);
+  const double state_bytes = optimizer_bytes_per_param(t);
+  const double step_gpu = hardware::streaming_time(c.gpu, (1 - off.optimizer_states) * local *
+                                                              (2 * state_bytes + gb + wb), k.perf);
+  const double step_cpu = off.optimizer_states > 0
+                              ? off.optimizer_states * local / k.cpu_adam_params_per_s +
+                                    hardware::host_copy_time(c, off.optimizer_states * local * (gb + wb), k.comm)
+                              : 0;
+  const double step = std::max(step_gpu, step_cpu);
+  const double tied_sync = (p.pp > 1 && tied_params_ > 0 && (first || last))
+                               ? hardware::p2p_time(c, c.nodes > 1, tied_params_ * gb, k.comm) * 2
+                               : 0;
+  s.delta_s = grad_sync + param_gather + step + tied_sync;
+  s.delta_terms = {
+      {"gradient_sync", "data-parallel gradient all-reduce / reduce-scatter not hidden by backward", grad_sync},
+      {"parameter_gather", "ZeRO-1/2 all-gather of updated parameters not hidden by forward", param_gather},
+      {"optimizer_step", "optimizer update on the GPU (and on the CPU for offloaded states)", step},
+      {"tied_embedding_sync", "all-reduce of the tied embedding gradient between first and last stage", tied_sync},
+  };
+  return s;
+}
+
+Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                    const spec::TrainingSpec& t, const plan::Plan& p,
+                                    const TimeConstants& k) {
+  MIST_CHECK(plan::validate_plan(p, m, c, t));
+  const StageTimer timer = StageTimer::create(m, c, t, p, k);
+  const double G = static_cast<double>(p.grad_accum_steps), v = static_cast<double>(p.virtual_pipeline_stages);
+  TimePrediction out;
+  std::vector<double> T, D;
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    StageTime s = timer.time(p.stages[i], static_cast<int>(i));
+    T.push_back(s.stable_s);
+    D.push_back(s.delta_s);
+    out.stages.push_back(std::move(s));
+  }
+  const double sum = std::accumulate(T.begin(), T.end(), 0.0);
+  const double mx = *std::max_element(T.begin(), T.end());
+  out.iteration_time_s = pipeline_iteration_time(T, D, p.grad_accum_steps, p.virtual_pipeline_stages);
+  out.pipeline_fill_s = p.virtual_pipeline_stages > 1 ? mx + (sum - mx) / v : sum;
+  out.steady_s = (G - 1) * mx;
+  out.exposed_delta_s = out.iteration_time_s - out.pipeline_fill_s - out.steady_s;
+
+  out.model_flops_per_iteration = timer.model_flops_per_iteration();
   const double gpus = static_cast<double>(c.num_gpus());
   out.tokens_per_s = static_cast<double>(t.global_batch_size * t.seq_length) / out.iteration_time_s;
   out.model_tflops_per_gpu = out.model_flops_per_iteration / out.iteration_time_s / gpus / 1e12;
-  out.mfu = out.model_tflops_per_gpu * 1e12 / hardware::peak_matmul_flops(c.gpu, d);
+  out.mfu = out.model_tflops_per_gpu * 1e12 / hardware::peak_matmul_flops(c.gpu, t.precision);
   return out;
 }
 

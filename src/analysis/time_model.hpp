@@ -58,6 +58,41 @@ struct TimePrediction {
   double mfu = 0;                 // model FLOP/s per GPU over the dense peak of the precision
 };
 
+// One layer's costs for one micro-batch on one GPU.
+struct LayerTimes {
+  double fwd = 0, bwd = 0;          // compute
+  double fwd_tp = 0, bwd_tp = 0;    // tensor-parallel collectives
+  double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
+  double params = 0;                // parameters held by one GPU
+  double saved = 0;                 // activation bytes kept for backward
+};
+
+// Times of the stages of one parallel layout (plan-level fields of `layout`: dp, tp, pp,
+// micro-batch, accumulation, interleaving, recompute, overlaps; its `stages` are not read). Built
+// once (lowering and per-layer op times); then any stage setting costs a few operations, which is
+// what the tuner needs.
+class StageTimer {
+ public:
+  static StageTimer create(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
+                           const plan::Plan& layout, const TimeConstants& k = {});
+  // Stage `index` (0..pp-1) run with the settings `st`.
+  StageTime time(const plan::StagePlan& st, int index) const;
+  // 3 × forward matmul FLOPs of the whole model for one iteration (no recompute).
+  double model_flops_per_iteration() const { return model_flops_; }
+
+ private:
+  StageTimer() = default;
+  spec::ClusterSpec cluster_;
+  spec::TrainingSpec training_;
+  plan::Plan layout_;
+  TimeConstants k_;
+  hardware::Placement place_;
+  LayerTimes blk_, emb_, head_;
+  double tied_params_ = 0;
+  double p2p_s_ = 0;  // one boundary transfer
+  double model_flops_ = 0;
+};
+
 // Mist's closed form (reference/mist.md §9); `v` interleaved chunks per stage shorten the fill.
 double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,
                                int64_t micro_batches, int64_t v = 1);

@@ -77,7 +77,9 @@ TEST(TimeModel, FasterGpusAreFaster) {
   for (const char* gpu : {"H200-SXM-141GB", "H100-SXM5-80GB", "A100-SXM4-80GB"}) {
     s.c = cluster(gpu, 8, 8);
     const double tps = s.run(p).tokens_per_s;
-    if (last > 0) EXPECT_LT(tps, last) << gpu;
+    if (last > 0) {
+      EXPECT_LT(tps, last) << gpu;
+    }
     last = tps;
   }
 }
