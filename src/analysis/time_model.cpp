@@ -105,7 +105,7 @@ StageTimer StageTimer::create(const spec::ModelSpec& m, const spec::ClusterSpec&
   return r;
 }
 
-StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
+StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const auto& p = layout_;
   const auto& c = cluster_;
   const auto& t = training_;
@@ -121,8 +121,7 @@ StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
   const double dp = static_cast<double>(p.dp);
   const auto& off = st.offload;
   const auto& place = place_;
-  StageTime s;
-  s.index = index;
+  StageTimeParts s;
   // Per block: ZeRO-3 gathers the block's weights in forward and backward, ZeRO-2+ reduce-
   // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe.
   const double w_bytes = blk.params * wb, g_bytes = blk.params * gb;
@@ -150,18 +149,11 @@ StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
                      (last ? head.bwd + head.bwd_tp : 0);
   const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
   const double p2p_s = n_boundaries * v * p2p_s_;
-  s.fwd_s = fwd;
-  s.bwd_s = bwd;
-  s.stable_s = fwd + bwd + p2p_s;
-  s.stable_terms = {
-      {"forward", "blocks, embedding/head forward incl. TP collectives and overlapped ZeRO-3/offload", fwd},
-      {"backward", "input and weight gradients, recompute, TP collectives, overlapped ZeRO/offload", bwd},
-      {"recompute", "(part of backward) forward recomputation of checkpointed blocks / attention cores",
-       ck * recompute_full + (selective ? (l - ck) * blk.core_fwd : 0)},
-      {"tp_communication", "(part of forward and backward) tensor-parallel collectives",
-       l * (blk.fwd_tp + blk.bwd_tp) + ck * blk.fwd_tp},
-      {"pipeline_p2p", "sending activations and their gradients to neighbouring stages", p2p_s},
-  };
+  s.fwd = fwd;
+  s.bwd = bwd;
+  s.p2p = p2p_s;
+  s.recompute = ck * recompute_full + (selective ? (l - ck) * blk.core_fwd : 0);
+  s.tp = l * (blk.fwd_tp + blk.bwd_tp) + ck * blk.fwd_tp;
 
   // Once per iteration: gradient reduction (ZeRO-0/1), the all-gather of updated parameters
   // (ZeRO-1+; ZeRO-3 gathers per layer instead), the optimizer step, the tied-embedding sync.
@@ -196,12 +188,33 @@ StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
   const double tied_sync = (p.pp > 1 && tied_params_ > 0 && (first || last))
                                ? hardware::p2p_time(c, c.nodes > 1, tied_params_ * gb, k.comm) * 2
                                : 0;
-  s.delta_s = grad_sync + param_gather + step + tied_sync;
+  s.grad_sync = grad_sync;
+  s.param_gather = param_gather;
+  s.step = step;
+  s.tied_sync = tied_sync;
+  return s;
+}
+
+StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
+  const StageTimeParts p = parts(st, index);
+  StageTime s;
+  s.index = index;
+  s.fwd_s = p.fwd;
+  s.bwd_s = p.bwd;
+  s.stable_s = p.stable();
+  s.delta_s = p.delta();
+  s.stable_terms = {
+      {"forward", "blocks, embedding/head forward incl. TP collectives and overlapped ZeRO-3/offload", p.fwd},
+      {"backward", "input and weight gradients, recompute, TP collectives, overlapped ZeRO/offload", p.bwd},
+      {"recompute", "(part of backward) forward recomputation of checkpointed blocks / attention cores", p.recompute},
+      {"tp_communication", "(part of forward and backward) tensor-parallel collectives", p.tp},
+      {"pipeline_p2p", "sending activations and their gradients to neighbouring stages", p.p2p},
+  };
   s.delta_terms = {
-      {"gradient_sync", "data-parallel gradient all-reduce / reduce-scatter not hidden by backward", grad_sync},
-      {"parameter_gather", "ZeRO-1/2 all-gather of updated parameters not hidden by forward", param_gather},
-      {"optimizer_step", "optimizer update on the GPU (and on the CPU for offloaded states)", step},
-      {"tied_embedding_sync", "all-reduce of the tied embedding gradient between first and last stage", tied_sync},
+      {"gradient_sync", "data-parallel gradient all-reduce / reduce-scatter not hidden by backward", p.grad_sync},
+      {"parameter_gather", "ZeRO-1/2 all-gather of updated parameters not hidden by forward", p.param_gather},
+      {"optimizer_step", "optimizer update on the GPU (and on the CPU for offloaded states)", p.step},
+      {"tied_embedding_sync", "all-reduce of the tied embedding gradient between first and last stage", p.tied_sync},
   };
   return s;
 }

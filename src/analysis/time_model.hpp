@@ -67,6 +67,15 @@ struct LayerTimes {
   double saved = 0;                 // activation bytes kept for backward
 };
 
+// The numbers behind a StageTime, without the labels (the tuner's hot path).
+struct StageTimeParts {
+  double fwd = 0, bwd = 0, p2p = 0;   // T_i = fwd + bwd + p2p
+  double recompute = 0, tp = 0;       // parts of fwd/bwd, for the report
+  double grad_sync = 0, param_gather = 0, step = 0, tied_sync = 0;  // D_i = their sum
+  double stable() const { return fwd + bwd + p2p; }
+  double delta() const { return grad_sync + param_gather + step + tied_sync; }
+};
+
 // Times of the stages of one parallel layout (plan-level fields of `layout`: dp, tp, pp,
 // micro-batch, accumulation, interleaving, recompute, overlaps; its `stages` are not read). Built
 // once (lowering and per-layer op times); then any stage setting costs a few operations, which is
@@ -77,6 +86,7 @@ class StageTimer {
                            const plan::Plan& layout, const TimeConstants& k = {});
   // Stage `index` (0..pp-1) run with the settings `st`.
   StageTime time(const plan::StagePlan& st, int index) const;
+  StageTimeParts parts(const plan::StagePlan& st, int index) const;
   // 3 × forward matmul FLOPs of the whole model for one iteration (no recompute).
   double model_flops_per_iteration() const { return model_flops_; }
 

@@ -6,10 +6,11 @@
 
 namespace mist::cli {
 
-// Exit statuses (docs/cli.md): 0 success, 1 internal error, 2 invalid input or usage.
+// Exit statuses (docs/cli.md): 0 success, 1 internal error, 2 invalid input or usage, 3 nothing fits.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitInvalidInput = 2;
+inline constexpr int kExitNoFit = 3;  // `mist tune`: no plan fits; the closest one is reported
 
 // Runs the command line; output goes to `out`, diagnostics to `err`.
 int run(const std::vector<std::string>& args, std::string& out, std::string& err);

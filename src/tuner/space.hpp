@@ -1,0 +1,49 @@
+// The search space of `mist tune`: which parallel layouts and which per-stage memory
+// optimisations are tried. Every dimension can be switched off (for ablations and for the
+// baselines, which are restrictions of the same space).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/plan.hpp"
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+#include "spec/training.hpp"
+
+namespace mist::tuner {
+
+struct SearchSpace {
+  std::string name = "mist";
+  std::vector<int64_t> tp = {1, 2, 4, 8};           // tensor-parallel degrees (within a node)
+  std::vector<int64_t> micro_batch = {1, 2, 4, 8};  // micro-batch sizes
+  std::vector<plan::Recompute> recompute = {plan::Recompute::kNone, plan::Recompute::kSelective};
+  int64_t max_pp = 64;                               // pipeline stages (divisors of the GPU count)
+  std::vector<int> zero = {0, 1, 2, 3};             // ZeRO levels per stage (when dp > 1)
+  bool tune_ckpt = true;                             // recomputed blocks per stage: any 0..l
+  bool ckpt_all_or_nothing = false;                 // only c = 0 or c = l (DeepSpeed's knob)
+  std::vector<double> weight_offload = {0, 0.25, 0.5, 0.75, 1};
+  std::vector<double> grad_offload = {0, 0.25, 0.5, 0.75, 1};
+  std::vector<double> opt_offload = {0, 0.25, 0.5, 0.75, 1};
+  std::vector<double> act_offload = {0, 0.25, 0.5, 0.75, 1};
+  bool uniform_stage_settings = false;  // every stage uses the same zero/ckpt/offload (Megatron)
+  bool uniform_split = false;           // layers split as evenly as possible
+  int layer_slack = 2;                  // stage layer counts within round(L/pp) ± slack (as Mist)
+  int pareto_points = 30;               // (T, D) points kept per stage position and layer count
+};
+
+// `mist`: everything; `megatron`: DP/TP/PP, uniform split, one recompute count for all stages,
+// distributed optimizer on/off, micro-batch; `deepspeed`: data parallel only, ZeRO 0..3 with
+// optimizer (and, under ZeRO-3, parameter) offload and all-or-nothing checkpointing.
+Result<SearchSpace> named_space(const std::string& name);
+
+// Parallel layouts to try: dp·tp·pp = GPUs, tp within a node and dividing heads, kv heads and FFN,
+// pp ≤ layers, micro-batch·dp dividing the global batch.
+std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                const spec::TrainingSpec& t);
+
+// Per-stage settings to try for a stage of `layers` blocks under data-parallel degree `dp`.
+std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t layers, int64_t dp);
+
+}  // namespace mist::tuner

@@ -1,0 +1,141 @@
+#include "tuner/tuner.hpp"
+
+#include <gtest/gtest.h>
+
+#include "analysis/memory_model.hpp"
+#include "analysis/time_model.hpp"
+
+namespace mist::tuner {
+namespace {
+
+spec::ClusterSpec cluster(const std::string& gpu, int64_t nodes, int64_t per_node) {
+  return *spec::cluster_from_json(Json{{"gpu", gpu}, {"nodes", nodes}, {"gpus_per_node", per_node}}, "cluster");
+}
+
+spec::ModelSpec small_gpt(int64_t layers, int64_t hidden) {
+  auto m = *spec::catalog_model("gpt3-1.3b");
+  m.name = "small";
+  m.num_layers = layers;
+  m.hidden_size = hidden;
+  m.num_heads = hidden / 128;
+  m.num_kv_heads = m.num_heads;
+  m.ffn_hidden_size = 4 * hidden;
+  return m;
+}
+
+spec::TrainingSpec training(int64_t gbs, int64_t seq) {
+  spec::TrainingSpec t;
+  t.global_batch_size = gbs;
+  t.seq_length = seq;
+  return t;
+}
+
+// A space small enough for the exhaustive oracle.
+SearchSpace small_space() {
+  SearchSpace s;
+  s.tp = {1, 2};
+  s.micro_batch = {1, 2};
+  s.max_pp = 4;
+  s.zero = {0, 1, 3};
+  s.weight_offload = s.grad_offload = {0, 1};
+  s.opt_offload = {0, 0.5, 1};
+  s.act_offload = {0, 0.5};
+  s.recompute = {plan::Recompute::kNone};
+  return s;
+}
+
+TEST(Tuner, ReturnsFittingPlansThatPredictAgrees) {
+  const auto m = small_gpt(8, 2048);
+  const auto c = cluster("L4-24GB", 1, 4);
+  const auto t = training(16, 2048);
+  TuneOptions o;
+  o.space = small_space();
+  auto r = tune(m, c, t, o);
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  ASSERT_FALSE(r->best.empty());
+  for (const auto& cand : r->best) {
+    ASSERT_TRUE(plan::validate_plan(cand.plan, m, c, t).has_value());
+    auto mem = analysis::predict_memory(m, c, t, cand.plan);
+    ASSERT_TRUE(mem.has_value());
+    EXPECT_TRUE(mem->fits);
+    // The search's own closed-form value is what `mist predict` computes for the plan.
+    EXPECT_NEAR(cand.search_objective_s / cand.iteration_time_s, 1.0, 1e-9);
+  }
+  for (size_t i = 1; i < r->best.size(); ++i)
+    EXPECT_LE(r->best[i - 1].iteration_time_s, r->best[i].iteration_time_s);
+}
+
+// The hierarchical search (frontiers sampled to a few points, then the inter-stage programme)
+// against every combination.
+TEST(Tuner, HierarchicalMatchesExhaustiveOnSmallJobs) {
+  struct Job {
+    int64_t layers, hidden, gpus, gbs;
+    const char* gpu;
+  };
+  const Job jobs[] = {{4, 1024, 2, 8, "L4-24GB"}, {6, 2048, 2, 8, "L4-24GB"}, {8, 2048, 4, 16, "L4-24GB"},
+                      {8, 4096, 4, 8, "A100-SXM4-40GB"}};
+  for (const auto& j : jobs) {
+    const auto m = small_gpt(j.layers, j.hidden);
+    const auto c = cluster(j.gpu, 1, j.gpus);
+    const auto t = training(j.gbs, 2048);
+    TuneOptions o;
+    o.space = small_space();
+    o.space.pareto_points = 8;
+    auto fast = tune(m, c, t, o);
+    o.exhaustive = true;
+    auto oracle = tune(m, c, t, o);
+    ASSERT_TRUE(fast.has_value()) << fast.error().to_string();
+    ASSERT_TRUE(oracle.has_value()) << oracle.error().to_string();
+    ASSERT_FALSE(oracle->best.empty());
+    ASSERT_FALSE(fast->best.empty());
+    const double gap = fast->best[0].iteration_time_s / oracle->best[0].iteration_time_s - 1;
+    EXPECT_GE(gap, -1e-9) << "the oracle is not the optimum";
+    EXPECT_LE(gap, 0.01) << j.layers << " layers, h " << j.hidden << ", " << j.gpus << " GPUs";
+  }
+}
+
+TEST(Tuner, NeverLosesToTheBaselines) {
+  const auto m = small_gpt(8, 2048);
+  const auto c = cluster("L4-24GB", 1, 4);
+  const auto t = training(32, 2048);
+  auto best = [&](const std::string& space) {
+    TuneOptions o;
+    o.space = *named_space(space);
+    o.space.micro_batch = {1, 2};
+    o.space.max_pp = 4;
+    auto r = tune(m, c, t, o);
+    EXPECT_TRUE(r.has_value());
+    return r->best.empty() ? 1e30 : r->best[0].iteration_time_s;
+  };
+  const double mist = best("mist");
+  EXPECT_LE(mist, best("megatron") * (1 + 1e-9));
+  EXPECT_LE(mist, best("deepspeed") * (1 + 1e-9));
+}
+
+TEST(Tuner, NearMissWhenNothingFits) {
+  const auto m = *spec::catalog_model("llama2-70b");
+  const auto c = cluster("L4-24GB", 1, 2);
+  TuneOptions o;
+  o.space = small_space();
+  o.space.max_pp = 2;
+  auto r = tune(m, c, training(8, 4096), o);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->best.empty());
+  ASSERT_TRUE(r->closest.has_value());
+  // 70B parameters with 16 bytes of state each need ~1.1 TB: more than 2 L4s plus the host hold.
+  const auto& miss = *r->closest;
+  EXPECT_GT(miss.shortfall_bytes + miss.host_shortfall_bytes, 100e9);
+  auto mem = analysis::predict_memory(m, c, training(8, 4096), miss.plan);
+  ASSERT_TRUE(mem.has_value());
+  EXPECT_FALSE(mem->fits);
+}
+
+TEST(Tuner, NamedSpaces) {
+  EXPECT_TRUE(named_space("megatron").has_value());
+  auto bad = named_space("alpa");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().path, "--space");
+}
+
+}  // namespace
+}  // namespace mist::tuner
