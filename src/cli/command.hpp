@@ -23,5 +23,6 @@ std::vector<Command> add_predict_commands(CLI::App& app);  // predict, explain
 std::vector<Command> add_list_command(CLI::App& app);      // list
 std::vector<Command> add_simulate_command(CLI::App& app);  // simulate
 std::vector<Command> add_tune_command(CLI::App& app);      // tune
+std::vector<Command> add_export_commands(CLI::App& app);   // export, import
 
 }  // namespace mist::cli

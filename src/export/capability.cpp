@@ -1,0 +1,349 @@
+#include "export/capability.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "export/splits.hpp"
+
+namespace mist::engines {
+
+namespace {
+
+using plan::Offload;
+using plan::Plan;
+using plan::Recompute;
+
+// Applies an engine's rules in order to a copy of the plan; every rule that changes the plan
+// records why (naming the field) and what it changed. Rules only ever move towards the engine's
+// space, so a second walk over the result changes nothing.
+struct Walk {
+  Plan p;
+  std::vector<Error> reasons;
+  std::vector<std::string> changes;
+
+  void note(std::string path, std::string why, std::string change) {
+    changes.push_back(fmt::format("{}: {} ({})", path, change, why));
+    reasons.push_back({std::move(path), std::move(why)});
+  }
+  std::string stage(size_t i, std::string_view field) const { return fmt::format("plan.stages[{}].{}", i, field); }
+};
+
+std::string per_stage(const Plan& p, auto get) {
+  std::vector<std::string> v;
+  for (const auto& s : p.stages) v.push_back(fmt::format("{}", get(s)));
+  return fmt::format("{}", fmt::join(v, ", "));
+}
+
+int64_t total_layers(const Plan& p) {
+  int64_t n = 0;
+  for (const auto& s : p.stages) n += s.num_layers;
+  return n;
+}
+
+// One ZeRO level for all stages: the highest, which needs the least memory.
+void one_zero_level(Walk& w, Engine e) {
+  int z = 0;
+  for (const auto& s : w.p.stages) z = std::max(z, s.zero);
+  for (size_t i = 0; i < w.p.stages.size(); ++i)
+    if (w.p.stages[i].zero != z) {
+      std::string before = per_stage(w.p, [](const plan::StagePlan& s) { return s.zero; });
+      for (auto& s : w.p.stages) s.zero = z;
+      w.note(w.stage(i, "zero"), fmt::format("{} applies one ZeRO level to every stage", display_name(e)),
+             fmt::format("{} -> {} on every stage", before, z));
+      return;
+    }
+}
+
+void set_zero(Walk& w, int z, std::string why) {
+  const int before = w.p.stages.empty() ? 0 : w.p.stages[0].zero;
+  if (before == z) return;
+  for (auto& s : w.p.stages) s.zero = z;
+  w.note(w.stage(0, "zero"), std::move(why), fmt::format("{} -> {} on every stage", before, z));
+}
+
+// Sets one offload fraction to 0 on every stage where it is not.
+void drop_offload(Walk& w, double Offload::*field, std::string_view name, std::string why) {
+  for (size_t i = 0; i < w.p.stages.size(); ++i)
+    if (w.p.stages[i].offload.*field > 0) {
+      std::string before = per_stage(w.p, [&](const plan::StagePlan& s) { return s.offload.*field; });
+      for (auto& s : w.p.stages) s.offload.*field = 0;
+      w.note(w.stage(i, fmt::format("offload.{}", name)), std::move(why), fmt::format("{} -> 0", before));
+      return;
+    }
+}
+
+// One fraction for all stages: the largest, which needs the least GPU memory.
+void one_fraction(Walk& w, double Offload::*field, std::string_view name, std::string why) {
+  double f = 0;
+  for (const auto& s : w.p.stages) f = std::max(f, s.offload.*field);
+  for (size_t i = 0; i < w.p.stages.size(); ++i)
+    if (w.p.stages[i].offload.*field != f) {
+      std::string before = per_stage(w.p, [&](const plan::StagePlan& s) { return s.offload.*field; });
+      for (auto& s : w.p.stages) s.offload.*field = f;
+      w.note(w.stage(i, fmt::format("offload.{}", name)), std::move(why),
+             fmt::format("{} -> {} on every stage", before, f));
+      return;
+    }
+}
+
+void set_ckpt(Walk& w, const std::vector<int64_t>& want, std::string why) {
+  for (size_t i = 0; i < w.p.stages.size(); ++i)
+    if (w.p.stages[i].ckpt_layers != want[i]) {
+      std::string before = per_stage(w.p, [](const plan::StagePlan& s) { return s.ckpt_layers; });
+      for (size_t k = 0; k < want.size(); ++k) w.p.stages[k].ckpt_layers = want[k];
+      w.note(w.stage(i, "ckpt_layers"), std::move(why), fmt::format("{} -> {}", before, fmt::join(want, ", ")));
+      return;
+    }
+}
+
+void drop_selective_with_full(Walk& w, std::string why) {
+  if (w.p.recompute != Recompute::kSelective) return;
+  if (std::none_of(w.p.stages.begin(), w.p.stages.end(), [](const auto& s) { return s.ckpt_layers > 0; })) return;
+  w.p.recompute = Recompute::kNone;
+  w.note("plan.recompute", std::move(why), "selective -> none (blocks not fully recomputed keep their attention core)");
+}
+
+// Every block of every stage recomputed, or none: any recompute becomes full.
+void all_or_no_ckpt(Walk& w, std::string why) {
+  bool any = false, all = true;
+  for (const auto& s : w.p.stages) any |= s.ckpt_layers > 0, all &= s.ckpt_layers == s.num_layers;
+  if (!any || all) return;
+  std::vector<int64_t> want;
+  for (const auto& s : w.p.stages) want.push_back(s.num_layers);
+  set_ckpt(w, want, std::move(why));
+}
+
+// Moves a plan to a new split, keeping fully recomputed stages fully recomputed.
+void set_split(Walk& w, const std::vector<int64_t>& layers, std::string why) {
+  std::string before = per_stage(w.p, [](const plan::StagePlan& s) { return s.num_layers; });
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto& s = w.p.stages[i];
+    const bool full = s.ckpt_layers == s.num_layers;
+    s.num_layers = layers[i];
+    s.ckpt_layers = full ? s.num_layers : std::min(s.ckpt_layers, s.num_layers);
+  }
+  w.note("plan.stages", std::move(why), fmt::format("layers per stage {} -> {}", before, fmt::join(layers, ", ")));
+}
+
+bool grads_reduced(const Plan& p) { return p.dp > 1; }
+bool params_gathered(const Plan& p) { return p.dp > 1 && p.stages[0].zero >= 1; }
+
+void set_flag(Walk& w, bool Plan::*field, bool value, std::string path, std::string why) {
+  if (w.p.*field == value) return;
+  w.p.*field = value;
+  w.note(std::move(path), std::move(why), fmt::format("{} -> {}", !value, value));
+}
+
+void megatron_rules(Walk& w, const spec::TrainingSpec* t) {
+  one_zero_level(w, Engine::kMegatron);
+  drop_offload(w, &Offload::weights, "weights", "Megatron-LM has no option to offload weights");
+  drop_offload(w, &Offload::gradients, "gradients", "Megatron-LM has no option to offload gradients");
+  one_fraction(w, &Offload::optimizer_states, "optimizer_states",
+               "Megatron-LM offloads one fraction of the optimizer states on every stage (--optimizer-offload-fraction)");
+  if (w.p.stages[0].offload.optimizer_states > 0) {
+    if (t && t->optimizer != spec::Optimizer::kAdamW)
+      drop_offload(w, &Offload::optimizer_states, "optimizer_states",
+                   "Megatron-LM offloads the optimizer only for Adam (--use-precision-aware-optimizer)");
+    else if (w.p.stages[0].zero == 0)
+      set_zero(w, 1, "optimizer offload runs in the distributed optimizer (--use-distributed-optimizer, ZeRO-1)");
+  }
+  if (params_gathered(w.p) && w.p.overlap_param_gather && !w.p.overlap_grad_reduce)
+    set_flag(w, &Plan::overlap_param_gather, false, "plan.overlap_param_gather",
+             "Megatron-LM overlaps the parameter all-gather only with --overlap-grad-reduce");
+  drop_selective_with_full(w, "Megatron-LM recomputes selectively or fully, not both (--recompute-granularity)");
+  const int64_t n = megatron_recompute_count(w.p);
+  set_ckpt(w, megatron_ckpt_layers(w.p, n),
+           fmt::format("Megatron-LM recomputes the first N blocks of every model chunk (--recompute-method block "
+                       "--recompute-num-layers N); the largest count asked for is N = {}", n));
+  const double ao = w.p.stages[0].offload.activations;
+  if (std::any_of(w.p.stages.begin(), w.p.stages.end(), [](const auto& s) { return s.offload.activations > 0; })) {
+    const bool recompute = w.p.recompute == Recompute::kSelective || w.p.stages[0].ckpt_layers > 0;
+    if (w.p.pp > 1) {
+      drop_offload(w, &Offload::activations, "activations",
+                   "Megatron-LM's activation offloading (--cpu-offloading-num-layers) refuses pipeline parallelism");
+    } else if (recompute) {
+      drop_offload(w, &Offload::activations, "activations",
+                   "Megatron-LM's activation offloading (--cpu-offloading-num-layers) refuses activation recompute");
+    } else {
+      const int64_t layers = w.p.stages[0].num_layers;
+      const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(std::ceil(ao * layers - 1e-9)), layers - 1);
+      const double want = blocks > 0 ? static_cast<double>(blocks) / static_cast<double>(layers) : 0.0;
+      if (want != ao) {
+        w.p.stages[0].offload.activations = want;
+        w.note(w.stage(0, "offload.activations"),
+               fmt::format("Megatron-LM offloads the activations of whole blocks, fewer than the model's {} "
+                           "(--cpu-offloading-num-layers)", layers),
+               fmt::format("{} -> {} ({} blocks)", ao, want, blocks));
+      }
+    }
+  }
+}
+
+void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
+  one_zero_level(w, Engine::kDeepSpeed);
+  if (w.p.pp > 1 && w.p.stages[0].zero > 1)
+    set_zero(w, 1, "DeepSpeed's pipeline engine runs ZeRO 0 or 1 only");
+  if (w.p.virtual_pipeline_stages > 1) {
+    w.note("plan.virtual_pipeline_stages", "DeepSpeed's pipeline engine has no interleaved schedule",
+           fmt::format("{} -> 1", w.p.virtual_pipeline_stages));
+    w.p.virtual_pipeline_stages = 1;
+  }
+  if (w.p.pp > 1) {
+    auto want = deepspeed_pipe_layers(total_layers(w.p), w.p.pp, t ? t->mixed_precision() : true);
+    std::vector<int64_t> have;
+    for (const auto& s : w.p.stages) have.push_back(s.num_layers);
+    if (!want.empty() && want != have)
+      set_split(w, want, "DeepSpeed's pipeline partitions the blocks itself (partition_method 'type:transformer')");
+  }
+  drop_selective_with_full(w, "Megatron-DeepSpeed recomputes selectively or fully, not both (--recompute-granularity)");
+  if (w.p.pp > 1)
+    all_or_no_ckpt(w, "with a DeepSpeed pipeline every block is recomputed or none (--checkpoint-activations)");
+  const bool whole_weights =
+      std::all_of(w.p.stages.begin(), w.p.stages.end(), [](const auto& s) { return s.offload.weights == 1; });
+  if (whole_weights && w.p.pp == 1)
+    set_zero(w, 3, "DeepSpeed offloads weights only under ZeRO-3 (zero_optimization.offload_param)");
+  else
+    drop_offload(w, &Offload::weights, "weights",
+                 "DeepSpeed offloads all weights or none, under ZeRO-3 without a pipeline (zero_optimization.offload_param)");
+  drop_offload(w, &Offload::gradients, "gradients", "DeepSpeed has no option to offload gradients alone");
+  one_fraction(w, &Offload::optimizer_states, "optimizer_states",
+               "DeepSpeed offloads one fraction of the optimizer states on every stage (zero_optimization.offload_optimizer)");
+  const double f = w.p.stages[0].offload.optimizer_states;
+  if (f > 0 && w.p.stages[0].zero == 0)
+    set_zero(w, 1, "DeepSpeed offloads the optimizer only under ZeRO (zero_optimization.offload_optimizer)");
+  if (f > 0 && f < 1 && w.p.stages[0].zero < 3) {
+    for (auto& s : w.p.stages) s.offload.optimizer_states = 1;
+    w.note(w.stage(0, "offload.optimizer_states"),
+           "DeepSpeed offloads a fraction of the optimizer states only under ZeRO-3 (offload_optimizer.ratio)",
+           fmt::format("{} -> 1 on every stage", f));
+  }
+  const int zero = w.p.stages[0].zero;
+  if (grads_reduced(w.p) && zero < 2)
+    set_flag(w, &Plan::overlap_grad_reduce, false, "plan.overlap_grad_reduce",
+             "below ZeRO-2 DeepSpeed reduces gradients after the backward pass (engine.allreduce_gradients); "
+             "ZeRO-2/3 overlap it (zero_optimization.overlap_comm)");
+  if (params_gathered(w.p))
+    set_flag(w, &Plan::overlap_param_gather, zero == 3, "plan.overlap_param_gather",
+             zero == 3 ? "under ZeRO-3 DeepSpeed always prefetches parameters during forward"
+                       : "under ZeRO-1/2 DeepSpeed gathers the updated parameters inside the optimizer step");
+  if (w.p.tp > 1)
+    set_flag(w, &Plan::overlap_tp_comm, false, "plan.overlap_tp_comm",
+             "Megatron-DeepSpeed has no tensor-parallel communication overlap");
+  drop_offload(w, &Offload::activations, "activations",
+               "DeepSpeed offloads only checkpointed block inputs (activation_checkpointing.cpu_checkpointing), "
+               "which mist's plan does not describe");
+}
+
+void torchtitan_rules(Walk& w) {
+  one_zero_level(w, Engine::kTorchtitan);
+  if (w.p.stages[0].zero == 1)
+    set_zero(w, 2, "torchtitan's FSDP2 has no optimizer-only sharding; without resharding after forward it "
+                   "shards gradients and optimizer states like ZeRO-2");
+  bool any = false, whole = true;
+  for (const auto& s : w.p.stages) {
+    const auto& o = s.offload;
+    any |= o.weights > 0 || o.gradients > 0 || o.optimizer_states > 0;
+    whole &= o.weights == 1 && o.gradients == 1 && o.optimizer_states == 1;
+  }
+  if (any && whole && w.p.dp > 1) {
+    set_zero(w, 3, "torchtitan's CPU offload runs inside FSDP (training.enable_cpu_offload)");
+  } else if (any) {
+    const std::string why = "torchtitan offloads weights, gradients and optimizer states together, all or none, "
+                            "inside FSDP over dp > 1 (training.enable_cpu_offload)";
+    drop_offload(w, &Offload::weights, "weights", why);
+    drop_offload(w, &Offload::gradients, "gradients", why);
+    drop_offload(w, &Offload::optimizer_states, "optimizer_states", why);
+  }
+  drop_offload(w, &Offload::activations, "activations", "torchtitan has no activation offloading");
+  if (grads_reduced(w.p))
+    set_flag(w, &Plan::overlap_grad_reduce, true, "plan.overlap_grad_reduce",
+             "torchtitan's DDP and FSDP2 always overlap gradient reduction with backward");
+  if (params_gathered(w.p))
+    set_flag(w, &Plan::overlap_param_gather, true, "plan.overlap_param_gather",
+             "torchtitan's FSDP2 always prefetches parameters during forward");
+  if (w.p.pp > 1) {
+    std::vector<int64_t> have;
+    for (const auto& s : w.p.stages) have.push_back(s.num_layers);
+    if (!torchtitan_split(have, w.p.virtual_pipeline_stages)) {
+      auto want = torchtitan_nearest_layers(have, w.p.virtual_pipeline_stages);
+      if (!want) {
+        w.note("plan.virtual_pipeline_stages",
+               "torchtitan's generated split cannot give every rank that many equal model chunks",
+               fmt::format("{} -> 1", w.p.virtual_pipeline_stages));
+        w.p.virtual_pipeline_stages = 1;
+        want = torchtitan_nearest_layers(have, 1);
+      }
+      if (want && *want != have)
+        set_split(w, *want, "torchtitan generates the split from first/last stage weights "
+                            "(parallelism.pipeline_parallel_first/last_stage_less_layers)");
+    }
+  }
+  if (w.p.recompute == Recompute::kSelective) {
+    w.p.recompute = Recompute::kNone;
+    w.note("plan.recompute", "torchtitan's selective activation checkpointing works per op (it keeps every "
+                             "other matmul), not as mist's attention-core recompute", "selective -> none");
+  }
+  all_or_no_ckpt(w, "torchtitan's full activation checkpointing wraps every block (activation-checkpoint:full)");
+}
+
+Walk walk(const Plan& p, Engine e, const spec::TrainingSpec* t) {
+  Walk w{p, {}, {}};
+  if (w.p.stages.empty()) return w;
+  switch (e) {
+    case Engine::kMegatron: megatron_rules(w, t); break;
+    case Engine::kDeepSpeed: deepspeed_rules(w, t); break;
+    case Engine::kTorchtitan: torchtitan_rules(w); break;
+  }
+  return w;
+}
+
+}  // namespace
+
+Plan canonical(const Plan& p) {
+  Plan c = p;
+  if (c.dp == 1) c.overlap_grad_reduce = true;
+  if (c.dp == 1 || std::all_of(c.stages.begin(), c.stages.end(), [](const auto& s) { return s.zero == 0; }))
+    c.overlap_param_gather = true;
+  if (c.tp == 1) c.overlap_tp_comm = false;
+  return c;
+}
+
+int64_t megatron_recompute_count(const Plan& p) {
+  const int64_t v = std::max<int64_t>(1, p.virtual_pipeline_stages);
+  int64_t n = 0;
+  for (const auto& s : p.stages) n = std::max(n, (s.ckpt_layers + v - 1) / v);
+  return n;
+}
+
+std::vector<int64_t> megatron_ckpt_layers(const Plan& p, int64_t n) {
+  const int64_t v = std::max<int64_t>(1, p.virtual_pipeline_stages);
+  std::vector<int64_t> out;
+  for (const auto& s : p.stages) out.push_back(v * std::min(n, s.num_layers / v));
+  return out;
+}
+
+std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::TrainingSpec* t) {
+  auto reasons = walk(p, e, t).reasons;
+  if (e == Engine::kTorchtitan && t && t->precision == spec::Dtype::kFp16)
+    reasons.push_back({"training.precision", "torchtitan trains in bf16 or fp32 (training.mixed_precision_param), "
+                                             "not fp16"});
+  return reasons;
+}
+
+bool expressible(const Plan& p, Engine e, std::vector<Error>* why, const spec::TrainingSpec* t) {
+  auto reasons = inexpressible_reasons(p, e, t);
+  const bool ok = reasons.empty();
+  if (why) *why = std::move(reasons);
+  return ok;
+}
+
+Nearest nearest_expressible(const Plan& p, Engine e, const spec::TrainingSpec* t) {
+  auto w = walk(p, e, t);
+  return {std::move(w.p), std::move(w.changes)};
+}
+
+}  // namespace mist::engines

@@ -1,0 +1,46 @@
+// Whether an engine can execute a plan, why not, and the nearest plan it can.
+//
+// The nearest plan changes as few fields as it can and, where the engine leaves a choice, the
+// choice that needs no more GPU memory (one ZeRO level for all stages: the highest; one recompute
+// count: the largest). Where the engine has no such knob at all (fractional weight offload in
+// Megatron-LM, activation offload in DeepSpeed) the field drops to 0 and the change says so.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "export/engine.hpp"
+#include "plan/plan.hpp"
+#include "spec/training.hpp"
+
+namespace mist::engines {
+
+struct Nearest {
+  plan::Plan plan;
+  std::vector<std::string> changes;  // "plan.stages[1].zero: 1 -> 2 (...)", one per change
+};
+
+// Why engine `e` cannot run `p`; empty when it can. Each error names the plan field at fault
+// (or training.* for what no plan can change, e.g. fp16 on torchtitan). `t`, when given, adds the
+// checks that depend on the training setup (precision, optimizer, mixed precision).
+std::vector<Error> inexpressible_reasons(const plan::Plan& p, Engine e, const spec::TrainingSpec* t = nullptr);
+
+bool expressible(const plan::Plan& p, Engine e, std::vector<Error>* why = nullptr,
+                 const spec::TrainingSpec* t = nullptr);
+
+// The closest plan `e` can run (see the top of this file). Training-level reasons cannot be
+// fixed by a plan and stay in inexpressible_reasons. nearest(nearest(p)) == nearest(p).
+Nearest nearest_expressible(const plan::Plan& p, Engine e, const spec::TrainingSpec* t = nullptr);
+
+// `p` with the fields that have no effect set to mist's defaults: overlap_grad_reduce without data
+// parallelism (true), overlap_param_gather without ZeRO or data parallelism (true),
+// overlap_tp_comm without tensor parallelism (false). Engine options cannot state them, so an
+// import gives these back: import(export(p)) == canonical(p).
+plan::Plan canonical(const plan::Plan& p);
+
+// Megatron's --recompute-num-layers for a plan (the first N blocks of every model chunk are
+// recomputed) and the per-stage counts a given N gives.
+int64_t megatron_recompute_count(const plan::Plan& p);
+std::vector<int64_t> megatron_ckpt_layers(const plan::Plan& p, int64_t n);
+
+}  // namespace mist::engines

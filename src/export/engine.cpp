@@ -1,0 +1,118 @@
+#include "export/engine.hpp"
+
+#include <string>
+
+namespace mist::engines {
+
+namespace {
+
+constexpr std::array<Engine, 3> kEngines{Engine::kMegatron, Engine::kDeepSpeed, Engine::kTorchtitan};
+
+// Megatron-LM @ d98e8a64: one --recompute-num-layers for all stages (transformer_config.py,
+// recompute.py), distributed optimizer = ZeRO-1, Megatron-FSDP optim_grads / optim_grads_params
+// = ZeRO-2/3 (arguments.py), --optimizer-offload-fraction needs the precision-aware (Adam)
+// distributed optimizer, --cpu-offloading-num-layers refuses pp > 1 and recompute.
+constexpr EngineCaps kMegatronCaps{
+    .engine = Engine::kMegatron,
+    .zero_levels = {true, true, true, true},
+    .max_zero_with_pp = 3,
+    .per_stage_zero = false,
+    .virtual_stages = true,
+    .split = SplitSupport::kAny,
+    .full_recompute = RecomputeSupport::kFirstNPerChunk,
+    .selective_recompute = true,
+    .selective_with_full = false,
+    .offload = {.weights = false,
+                .weights_need_zero3 = false,
+                .optimizer = true,
+                .optimizer_any_fraction = true,
+                .optimizer_min_zero = 1,
+                .optimizer_fraction_min_zero = 1,
+                .tied_whole = false,
+                .activations_by_block = true},
+};
+
+// DeepSpeed @ 38327e07 with Megatron-DeepSpeed @ f4157bea: the pipeline engine asserts ZeRO < 2,
+// has no interleaving and partitions by type; offload_optimizer.ratio < 1 only with ZeRO-3;
+// offload_param only with ZeRO-3.
+constexpr EngineCaps kDeepSpeedCaps{
+    .engine = Engine::kDeepSpeed,
+    .zero_levels = {true, true, true, true},
+    .max_zero_with_pp = 1,
+    .per_stage_zero = false,
+    .virtual_stages = false,
+    .split = SplitSupport::kDeepSpeedBalanced,
+    .full_recompute = RecomputeSupport::kAnyIfSingleStageElseAll,
+    .selective_recompute = true,
+    .selective_with_full = false,
+    .offload = {.weights = true,
+                .weights_need_zero3 = true,
+                .optimizer = true,
+                .optimizer_any_fraction = true,
+                .optimizer_min_zero = 1,
+                .optimizer_fraction_min_zero = 3,
+                .tied_whole = false,
+                .activations_by_block = false},
+};
+
+// torchtitan @ b5bcd76c: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2) or DDP
+// replication; full activation checkpointing wraps every block; selective AC is per op (not
+// mist's attention-core recompute); CPU offload moves parameters, gradients and optimizer states.
+constexpr EngineCaps kTorchtitanCaps{
+    .engine = Engine::kTorchtitan,
+    .zero_levels = {true, false, true, true},
+    .max_zero_with_pp = 3,
+    .per_stage_zero = false,
+    .virtual_stages = true,
+    .split = SplitSupport::kTorchtitanAuto,
+    .full_recompute = RecomputeSupport::kAllOrNone,
+    .selective_recompute = false,
+    .selective_with_full = false,
+    .offload = {.weights = true,
+                .weights_need_zero3 = true,
+                .optimizer = true,
+                .optimizer_any_fraction = false,
+                .optimizer_min_zero = 3,
+                .optimizer_fraction_min_zero = 3,
+                .tied_whole = true,
+                .activations_by_block = false},
+};
+
+}  // namespace
+
+const char* to_string(Engine e) {
+  switch (e) {
+    case Engine::kMegatron: return "megatron";
+    case Engine::kDeepSpeed: return "deepspeed";
+    case Engine::kTorchtitan: return "torchtitan";
+  }
+  return "?";
+}
+
+const char* display_name(Engine e) {
+  switch (e) {
+    case Engine::kMegatron: return "Megatron-LM";
+    case Engine::kDeepSpeed: return "DeepSpeed";
+    case Engine::kTorchtitan: return "torchtitan";
+  }
+  return "?";
+}
+
+Result<Engine> engine_from_string(std::string_view name) {
+  for (Engine e : kEngines)
+    if (name == to_string(e)) return e;
+  return fail("engine", "unknown engine '" + std::string(name) + "' (megatron, deepspeed or torchtitan)");
+}
+
+std::span<const Engine> all_engines() { return kEngines; }
+
+const EngineCaps& engine_caps(Engine e) {
+  switch (e) {
+    case Engine::kMegatron: return kMegatronCaps;
+    case Engine::kDeepSpeed: return kDeepSpeedCaps;
+    case Engine::kTorchtitan: break;
+  }
+  return kTorchtitanCaps;
+}
+
+}  // namespace mist::engines

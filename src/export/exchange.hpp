@@ -1,0 +1,73 @@
+// What exporters produce and importers return: engine options, configs, imported plans.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json_fields.hpp"
+#include "export/capability.hpp"
+#include "export/engine.hpp"
+#include "plan/plan.hpp"
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+#include "spec/training.hpp"
+
+namespace mist::engines {
+
+// One command-line option as the engine spells it: "--micro-batch-size" "4", or a switch
+// ("--sequence-parallel", no value), or a tyro subcommand ("activation-checkpoint:full").
+struct Option {
+  std::string name;
+  std::optional<std::string> value;
+  bool operator==(const Option&) const = default;
+};
+
+// Options one per line, continued with " \" so the text pastes into a shell.
+std::string render_options(const std::vector<Option>& options);
+
+// A plan in an engine's terms.
+struct Exported {
+  Engine engine = Engine::kMegatron;
+  std::vector<Option> options;  // Megatron-LM flags, Megatron-DeepSpeed flags or torchtitan overrides
+  Json config;                  // the DeepSpeed JSON config (null for the others)
+  std::vector<std::string> notes;  // what the options do not carry (model shape, vocabulary, ...)
+};
+
+// An export either succeeds or is refused with the reasons and, where a plan can fix them, the
+// nearest plan the engine can run.
+struct ExportResult {
+  std::optional<Exported> exported;
+  std::vector<Error> reasons;
+  std::optional<Nearest> nearest;
+};
+
+struct ExportOptions {
+  std::string deepspeed_config_path = "ds_config.json";  // what --deepspeed_config names
+};
+
+// Training settings an engine configuration states (the rest of the TrainingSpec is not there).
+struct TrainingOverrides {
+  std::optional<int64_t> global_batch_size;
+  std::optional<int64_t> seq_length;
+  std::optional<spec::Dtype> precision;
+  std::optional<spec::Optimizer> optimizer;
+  std::optional<bool> dropout;
+  // `base` with the stated settings replacing its own.
+  spec::TrainingSpec applied_to(spec::TrainingSpec base) const;
+};
+
+// A plan read from an engine configuration, the training settings it implies, and notes on what
+// was approximated or ignored.
+struct ImportedJob {
+  plan::Plan plan;
+  TrainingOverrides training;
+  std::vector<std::string> notes;
+};
+
+// Exports `p` for engine `e` after checking it against the job; a job that is invalid
+// (validate_plan) is an error, a plan the engine cannot run is a refusal (ExportResult::reasons).
+Result<ExportResult> export_plan(Engine e, const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                 const spec::TrainingSpec& t, const plan::Plan& p, const ExportOptions& o = {});
+
+}  // namespace mist::engines

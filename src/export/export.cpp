@@ -1,0 +1,39 @@
+#include "export/deepspeed.hpp"
+#include "export/exchange.hpp"
+#include "export/megatron.hpp"
+#include "export/torchtitan.hpp"
+
+namespace mist::engines {
+
+Result<ExportResult> export_plan(Engine e, const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                 const spec::TrainingSpec& t, const plan::Plan& p, const ExportOptions& o) {
+  MIST_CHECK(plan::validate_plan(p, m, c, t));
+  ExportResult r;
+  r.reasons = inexpressible_reasons(p, e, &t);
+  if (!r.reasons.empty()) {
+    Nearest n = nearest_expressible(p, e, &t);
+    if (n.plan != p) r.nearest = std::move(n);
+    return r;
+  }
+  Exported x;
+  x.engine = e;
+  switch (e) {
+    case Engine::kMegatron:
+      x.options = megatron_options(m, c, t, p);
+      x.notes = megatron_notes(m, t);
+      break;
+    case Engine::kDeepSpeed:
+      x.config = deepspeed_config(t, p);
+      x.options = megatron_deepspeed_options(m, t, p, o.deepspeed_config_path);
+      x.notes = deepspeed_notes(m, t);
+      break;
+    case Engine::kTorchtitan:
+      x.options = torchtitan_options(t, p);
+      x.notes = torchtitan_notes(m, t);
+      break;
+  }
+  r.exported = std::move(x);
+  return r;
+}
+
+}  // namespace mist::engines

@@ -1,0 +1,321 @@
+#include "export/megatron.hpp"
+
+#include <array>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "export/common.hpp"
+#include "export/splits.hpp"
+
+namespace mist::engines {
+
+namespace {
+
+using detail::add;
+
+// Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
+// fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
+// CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
+constexpr std::array<FlagSpec, 48> kFlags{{
+    {"--tensor-model-parallel-size", true},
+    {"--pipeline-model-parallel-size", true},
+    {"--context-parallel-size", true},
+    {"--expert-model-parallel-size", true},
+    {"--sequence-parallel", false},
+    {"--num-layers-per-virtual-pipeline-stage", true},
+    {"--num-virtual-stages-per-pipeline-rank", true},
+    {"--decoder-first-pipeline-num-layers", true},
+    {"--decoder-last-pipeline-num-layers", true},
+    {"--pipeline-model-parallel-layout", true},
+    {"--micro-batch-size", true},
+    {"--global-batch-size", true},
+    {"--seq-length", true},
+    {"--recompute-granularity", true},
+    {"--recompute-method", true},
+    {"--recompute-num-layers", true},
+    {"--recompute-activations", false},
+    {"--recompute-modules", true},
+    {"--use-distributed-optimizer", false},
+    {"--overlap-grad-reduce", false},
+    {"--overlap-param-gather", false},
+    {"--tp-comm-overlap", false},
+    {"--use-megatron-fsdp", false},
+    {"--use-torch-fsdp2", false},
+    {"--data-parallel-sharding-strategy", true},
+    {"--ckpt-format", true},
+    {"--optimizer-cpu-offload", false},
+    {"--use-precision-aware-optimizer", false},
+    {"--optimizer-offload-fraction", true},
+    {"--cpu-offloading-num-layers", true},
+    {"--bf16", false},
+    {"--fp16", false},
+    {"--optimizer", true},
+    {"--hidden-dropout", true},
+    {"--attention-dropout", true},
+    {"--num-layers", true},
+    {"--hidden-size", true},
+    {"--ffn-hidden-size", true},
+    {"--num-attention-heads", true},
+    {"--group-query-attention", false},
+    {"--num-query-groups", true},
+    {"--max-position-embeddings", true},
+    {"--normalization", true},
+    {"--swiglu", false},
+    {"--position-embedding-type", true},
+    {"--untie-embeddings-and-output-weights", false},
+    {"--disable-bias-linear", false},
+    {"--add-qkv-bias", false},
+}};
+
+constexpr int64_t kMaxCount = int64_t{1} << 40;
+
+void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m) {
+  add(o, "--num-layers", m.num_layers);
+  add(o, "--hidden-size", m.hidden_size);
+  add(o, "--ffn-hidden-size", m.ffn_hidden_size);
+  add(o, "--num-attention-heads", m.num_heads);
+  if (m.num_kv_heads != m.num_heads) {
+    add(o, "--group-query-attention");
+    add(o, "--num-query-groups", m.num_kv_heads);
+  }
+  if (m.max_position_embeddings > 0) add(o, "--max-position-embeddings", m.max_position_embeddings);
+  if (m.norm == spec::Norm::kRmsNorm) add(o, "--normalization", std::string("RMSNorm"));
+  if (m.mlp == spec::Mlp::kSwiGlu) add(o, "--swiglu");
+  if (m.positions == spec::Positions::kRotary) add(o, "--position-embedding-type", std::string("rope"));
+  if (!m.tie_word_embeddings) add(o, "--untie-embeddings-and-output-weights");
+  if (!m.linear_bias) add(o, "--disable-bias-linear");
+  if (m.qkv_bias && !m.linear_bias) add(o, "--add-qkv-bias");
+}
+
+}  // namespace
+
+std::span<const FlagSpec> megatron_flag_specs() { return kFlags; }
+
+std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::ClusterSpec&,
+                                     const spec::TrainingSpec& t, const plan::Plan& p) {
+  std::vector<Option> o;
+  const int64_t v = p.virtual_pipeline_stages;
+  add(o, "--tensor-model-parallel-size", p.tp);
+  add(o, "--pipeline-model-parallel-size", p.pp);
+  if (p.sequence_parallel) add(o, "--sequence-parallel");
+  const MegatronSplit split = megatron_split(detail::stage_layers(p), v);
+  if (split.layout) {
+    add(o, "--pipeline-model-parallel-layout", *split.layout);  // carries the virtual stages too
+  } else {
+    if (v > 1) add(o, "--num-virtual-stages-per-pipeline-rank", v);
+    if (split.first) add(o, "--decoder-first-pipeline-num-layers", *split.first);
+    if (split.last) add(o, "--decoder-last-pipeline-num-layers", *split.last);
+  }
+  add(o, "--micro-batch-size", p.micro_batch_size);
+  add(o, "--global-batch-size", p.micro_batch_size * p.dp * p.grad_accum_steps);
+  add(o, "--seq-length", t.seq_length);
+  const int64_t n = megatron_recompute_count(p);
+  if (p.recompute == plan::Recompute::kSelective) {
+    add(o, "--recompute-granularity", std::string("selective"));
+  } else if (n > 0) {
+    add(o, "--recompute-granularity", std::string("full"));
+    add(o, "--recompute-method", std::string("block"));
+    add(o, "--recompute-num-layers", n);
+  }
+  const auto& s0 = p.stages.front();
+  if (s0.zero == 1) {
+    add(o, "--use-distributed-optimizer");
+  } else if (s0.zero >= 2) {
+    add(o, "--use-megatron-fsdp");
+    add(o, "--data-parallel-sharding-strategy", std::string(s0.zero == 2 ? "optim_grads" : "optim_grads_params"));
+    add(o, "--ckpt-format", std::string("fsdp_dtensor"));  // Megatron-FSDP requires it
+  }
+  if (p.overlap_grad_reduce) add(o, "--overlap-grad-reduce");
+  if (p.overlap_param_gather && p.overlap_grad_reduce && s0.zero >= 1) add(o, "--overlap-param-gather");
+  if (p.overlap_tp_comm && p.tp > 1) add(o, "--tp-comm-overlap");
+  if (s0.offload.optimizer_states > 0) {
+    add(o, "--optimizer-cpu-offload");
+    add(o, "--use-precision-aware-optimizer");  // the hybrid CPU/GPU optimizer runs on its code path
+    add(o, "--optimizer-offload-fraction", detail::number_text(s0.offload.optimizer_states));
+  }
+  if (s0.offload.activations > 0)
+    add(o, "--cpu-offloading-num-layers",
+        static_cast<int64_t>(std::llround(s0.offload.activations * static_cast<double>(s0.num_layers))));
+  if (t.precision == spec::Dtype::kBf16) add(o, "--bf16");
+  if (t.precision == spec::Dtype::kFp16) add(o, "--fp16");
+  add(o, "--optimizer", std::string(t.optimizer == spec::Optimizer::kSgd ? "sgd" : "adam"));
+  if (!t.dropout) {
+    add(o, "--hidden-dropout", std::string("0"));
+    add(o, "--attention-dropout", std::string("0"));
+  }
+  add_model_options(o, m);
+  return o;
+}
+
+std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t) {
+  std::vector<std::string> notes;
+  notes.push_back(fmt::format("the vocabulary ({} entries) comes from the tokenizer (--tokenizer-type and its "
+                              "files), padded with --make-vocab-size-divisible-by", m.vocab_size));
+  if (m.parallel_block)
+    notes.push_back("model.parallel_block: Megatron-LM's GPT model has no parallel attention/MLP block; the "
+                    "flags give the shapes only");
+  if (t.grad_dtype != spec::Dtype::kFp32)
+    notes.push_back("training.grad_dtype: Megatron-LM keeps main gradients in fp32 unless told otherwise "
+                    "(--main-grads-dtype with the precision-aware optimizer)");
+  if (!t.flash_attention)
+    notes.push_back("training.flash_attention = false: choose the attention kernel with --attention-backend");
+  return notes;
+}
+
+Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::ModelSpec& m,
+                                          const spec::ClusterSpec& c) {
+  MIST_TRY(Flags f, Flags::parse(text, kFlags, "--from-megatron"));
+  ImportedJob out;
+  plan::Plan& p = out.plan;
+  const int64_t layers = m.num_layers;
+  MIST_CHECK(detail::check_model_flag(f, "--num-layers", m.num_layers, m, "layers"));
+  MIST_CHECK(detail::check_model_flag(f, "--hidden-size", m.hidden_size, m, "hidden units"));
+  MIST_CHECK(detail::check_model_flag(f, "--num-attention-heads", m.num_heads, m, "attention heads"));
+  MIST_CHECK(detail::check_model_flag(f, "--ffn-hidden-size", m.ffn_hidden_size, m, "FFN units"));
+  if (f.has("--group-query-attention"))
+    MIST_CHECK(detail::check_model_flag(f, "--num-query-groups", m.num_kv_heads, m, "key/value heads"));
+
+  MIST_TRY(auto tp, f.integer("--tensor-model-parallel-size", 1, 1024));
+  MIST_TRY(auto pp, f.integer("--pipeline-model-parallel-size", 1, 100000));
+  MIST_TRY(auto cp, f.integer("--context-parallel-size", 1, 1024));
+  MIST_TRY(auto ep, f.integer("--expert-model-parallel-size", 1, 1024));
+  if (cp.value_or(1) > 1) return fail("--context-parallel-size", "mist's plans have no context parallelism");
+  if (ep.value_or(1) > 1) return fail("--expert-model-parallel-size", "mist's plans have no expert parallelism");
+  p.tp = tp.value_or(1);
+  p.pp = pp.value_or(1);
+  MIST_TRY(p.dp, detail::data_parallel(p.tp, p.pp, c, "--tensor-model-parallel-size",
+                                               "--pipeline-model-parallel-size"));
+  p.sequence_parallel = f.has("--sequence-parallel");
+
+  MIST_TRY(auto mbs, f.integer("--micro-batch-size", 1, 1'000'000'000));
+  if (!mbs) return fail("--micro-batch-size", "is required (Megatron-LM asserts it)");
+  p.micro_batch_size = *mbs;
+  MIST_TRY(auto gbs, f.integer("--global-batch-size", 1, int64_t{1} << 50));
+  const int64_t global = gbs.value_or(*mbs * p.dp);  // Megatron's default: one micro-batch
+  MIST_TRY(p.grad_accum_steps, detail::grad_accum(global, *mbs, p.dp, "--global-batch-size"));
+  out.training.global_batch_size = global;
+  MIST_TRY(out.training.seq_length, f.integer("--seq-length", 1, int64_t{1} << 30));
+
+  // Pipeline split and virtual stages.
+  MIST_TRY(auto first, f.integer("--decoder-first-pipeline-num-layers", 1, kMaxCount));
+  MIST_TRY(auto last, f.integer("--decoder-last-pipeline-num-layers", 1, kMaxCount));
+  MIST_TRY(auto per_chunk, f.integer("--num-layers-per-virtual-pipeline-stage", 1, kMaxCount));
+  MIST_TRY(auto chunks, f.integer("--num-virtual-stages-per-pipeline-rank", 1, 1024));
+  const auto layout = f.string("--pipeline-model-parallel-layout");
+  if (int(layout.has_value()) + int(per_chunk.has_value()) + int(chunks.has_value()) > 1)
+    return fail(layout ? "--pipeline-model-parallel-layout" : "--num-virtual-stages-per-pipeline-rank",
+                "give only one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank "
+                "and --pipeline-model-parallel-layout");
+  std::vector<int64_t> split;
+  if (layout) {
+    if (first || last)
+      return fail("--pipeline-model-parallel-layout", "cannot be set with the first/last stage layer counts");
+    MIST_TRY(auto ll, megatron_layers_from_layout(*layout, p.pp, layers));
+    split = ll.layers;
+    p.virtual_pipeline_stages = ll.virtual_stages;
+  } else {
+    if (first || last) {
+      if (per_chunk)
+        return fail("--num-layers-per-virtual-pipeline-stage",
+                    "use --num-virtual-stages-per-pipeline-rank with uneven first/last stages");
+      MIST_TRY(split, megatron_layers_from_first_last(layers, p.pp, first, last));
+    } else {
+      if (layers % p.pp != 0)
+        return fail("--pipeline-model-parallel-size",
+                    fmt::format("the model's {} layers do not divide evenly over {} stages; give "
+                                "--decoder-first-pipeline-num-layers or --decoder-last-pipeline-num-layers",
+                                layers, p.pp));
+      split.assign(static_cast<size_t>(p.pp), layers / p.pp);
+    }
+    if (per_chunk) {
+      if (split[0] % *per_chunk != 0)
+        return fail("--num-layers-per-virtual-pipeline-stage",
+                    fmt::format("{} does not divide the {} layers of a stage", *per_chunk, split[0]));
+      p.virtual_pipeline_stages = split[0] / *per_chunk;
+    }
+    if (chunks) p.virtual_pipeline_stages = *chunks;
+  }
+  const int64_t v = p.virtual_pipeline_stages;
+  if (v > 1 && p.pp < 2)
+    return fail("--num-virtual-stages-per-pipeline-rank", "an interleaved schedule needs pipeline parallelism");
+  for (size_t i = 0; i < split.size(); ++i)
+    if (split[i] % v != 0)
+      return fail("--num-virtual-stages-per-pipeline-rank",
+                  fmt::format("stage {} holds {} layers, not a multiple of {} virtual stages", i, split[i], v));
+  p.stages = detail::plan_with_stages(split).stages;
+
+  // Activation recompute (transformer_config.py rules).
+  MIST_TRY(auto granularity, f.choice("--recompute-granularity", {"full", "selective"}));
+  if (f.has("--recompute-activations")) granularity = "selective";  // arguments.py: the old switch
+  MIST_TRY(auto method, f.choice("--recompute-method", {"uniform", "block"}));
+  MIST_TRY(auto count, f.integer("--recompute-num-layers", 1, kMaxCount));
+  if (granularity == "selective") {
+    if (count) return fail("--recompute-num-layers", "must not be given with --recompute-granularity selective");
+    p.recompute = plan::Recompute::kSelective;
+    if (auto mods = f.string("--recompute-modules"); mods && *mods != "core_attn")
+      out.notes.push_back("--recompute-modules: mist models selective recompute of the attention core only");
+  } else if (granularity == "full") {
+    if (!method) return fail("--recompute-method", "full recompute needs --recompute-method block or uniform");
+    if (!count) return fail("--recompute-num-layers", "full recompute needs --recompute-num-layers");
+    std::vector<int64_t> ckpt = *method == "block" ? megatron_ckpt_layers(p, *count) : split;
+    for (size_t i = 0; i < ckpt.size(); ++i) p.stages[i].ckpt_layers = ckpt[i];
+    if (*method == "uniform" && *count > 1)
+      out.notes.push_back(fmt::format("--recompute-method uniform with {} layers per unit: every block recomputes; "
+                                      "mist keeps one input per block, Megatron one per unit", *count));
+  }
+
+  // ZeRO: distributed optimizer (1) or Megatron-FSDP's sharding strategy (0..3).
+  int zero = f.has("--use-distributed-optimizer") ? 1 : 0;
+  if (f.has("--use-megatron-fsdp") && f.has("--use-torch-fsdp2"))
+    return fail("--use-torch-fsdp2", "cannot be used together with --use-megatron-fsdp");
+  if (f.has("--use-megatron-fsdp")) {
+    MIST_TRY(auto strategy, f.choice("--data-parallel-sharding-strategy",
+                                     {"no_shard", "optim", "optim_grads", "optim_grads_params"}));
+    const std::string s = strategy.value_or("optim_grads_params");
+    zero = s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
+  } else if (f.has("--use-torch-fsdp2")) {
+    zero = 3;
+    out.notes.push_back("--use-torch-fsdp2: read as ZeRO-3 (FSDP2 reshards parameters after forward)");
+  }
+  for (auto& s : p.stages) s.zero = zero;
+  p.overlap_grad_reduce = f.has("--overlap-grad-reduce");
+  p.overlap_param_gather = f.has("--overlap-param-gather");
+  if (p.overlap_param_gather && zero == 0)
+    return fail("--overlap-param-gather", "needs the distributed optimizer or Megatron-FSDP (Megatron-LM asserts it)");
+  if (p.overlap_param_gather && !p.overlap_grad_reduce)
+    return fail("--overlap-param-gather", "needs --overlap-grad-reduce (Megatron-LM asserts it)");
+  p.overlap_tp_comm = f.has("--tp-comm-overlap");
+  if (p.overlap_tp_comm && p.tp > 1 && !p.sequence_parallel)
+    return fail("--tp-comm-overlap", "needs --sequence-parallel (Megatron-LM asserts it)");
+
+  MIST_TRY(auto fraction, f.number("--optimizer-offload-fraction", 0, 1));
+  if (f.has("--optimizer-cpu-offload")) {
+    if (!f.has("--use-precision-aware-optimizer"))
+      return fail("--optimizer-cpu-offload", "needs --use-precision-aware-optimizer (Megatron-LM asserts it)");
+    if (zero == 0) return fail("--optimizer-cpu-offload", "needs the distributed optimizer (--use-distributed-optimizer)");
+    for (auto& s : p.stages) s.offload.optimizer_states = fraction.value_or(1.0);  // argparse default 1.0
+  } else if (fraction) {
+    out.notes.push_back("--optimizer-offload-fraction has no effect without --optimizer-cpu-offload");
+  }
+  MIST_TRY(auto offloaded, f.integer("--cpu-offloading-num-layers", 0, kMaxCount));
+  if (offloaded.value_or(0) > 0) {
+    if (p.pp > 1) return fail("--cpu-offloading-num-layers", "Megatron-LM refuses CPU offloading with pipeline parallelism");
+    if (granularity) return fail("--cpu-offloading-num-layers", "Megatron-LM refuses CPU offloading with recompute");
+    if (*offloaded >= layers)
+      return fail("--cpu-offloading-num-layers", fmt::format("must be below the model's {} layers", layers));
+    p.stages[0].offload.activations = static_cast<double>(*offloaded) / static_cast<double>(layers);
+  }
+
+  MIST_TRY(out.training.precision, detail::precision_switches(f));
+  MIST_TRY(auto opt, f.choice("--optimizer", {"adam", "sgd", "muon", "dist_muon", "lion", "soap", "adaptive_muon"}));
+  if (!opt || *opt == "adam") out.training.optimizer = spec::Optimizer::kAdamW;  // decoupled weight decay
+  else if (*opt == "sgd") out.training.optimizer = spec::Optimizer::kSgd;
+  else out.notes.push_back(fmt::format("--optimizer {}: mist models adam and sgd only", *opt));
+  MIST_TRY(out.training.dropout, detail::dropout_flags(f));
+  if (auto note = detail::ignored_note(f)) out.notes.push_back(*note);
+  p = canonical(p);
+  return out;
+}
+
+}  // namespace mist::engines

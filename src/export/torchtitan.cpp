@@ -1,0 +1,230 @@
+#include "export/torchtitan.hpp"
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "export/common.hpp"
+#include "export/splits.hpp"
+
+namespace mist::engines {
+
+namespace {
+
+using detail::add;
+
+// torchtitan @ b5bcd76c: torchtitan/config/configs.py (ParallelismConfig, TrainingConfig), all in
+// the frozen list of tests/unit_tests/test_no_new_cli_options.py; "no_" negates a switch
+// (docs/debugging.md).
+constexpr std::array<FlagSpec, 24> kFlags{{
+    {"--parallelism.data_parallel_replicate_degree", true},
+    {"--parallelism.data_parallel_shard_degree", true},
+    {"--parallelism.fsdp_reshard_after_forward", true},
+    {"--parallelism.tensor_parallel_degree", true},
+    {"--parallelism.enable_sequence_parallel", false},
+    {"--parallelism.no_enable_sequence_parallel", false},
+    {"--parallelism.pipeline_parallel_degree", true},
+    {"--parallelism.pipeline_parallel_schedule", true},
+    {"--parallelism.pipeline_parallel_layers_per_stage", true},
+    {"--parallelism.pipeline_parallel_first_stage_less_layers", true},
+    {"--parallelism.pipeline_parallel_last_stage_less_layers", true},
+    {"--parallelism.num_pp_microbatches", true},
+    {"--parallelism.context_parallel_degree", true},
+    {"--parallelism.expert_parallel_degree", true},
+    {"--parallelism.module_fqns_per_model_part", true},
+    {"--training.num_tokens_per_microbatch_per_dp_rank", true},
+    {"--training.num_tokens_per_train_step", true},
+    {"--training.max_context_length", true},
+    {"--training.mixed_precision_param", true},
+    {"--training.dtype", true},
+    {"--training.enable_cpu_offload", false},
+    {"--training.no_enable_cpu_offload", false},
+    {"--compile.enable", false},
+    {"--compile.enable_async_tensor_parallel", false},
+}};
+
+// distributed/activation_checkpoint.py: ActivationCheckpointingConfig's tyro subcommands.
+constexpr std::array<std::string_view, 4> kSubcommands{"activation-checkpoint:none", "activation-checkpoint:full",
+                                                       "activation-checkpoint:selective",
+                                                       "activation-checkpoint:memory-budget"};
+
+// Defaults of the dataclasses at the commit (configs.py).
+constexpr int64_t kDefaultTokensPerMicrobatch = 16384;
+constexpr int64_t kDefaultContextLength = 2048;
+constexpr int64_t kMaxCount = int64_t{1} << 50;
+
+bool looped_schedule(std::string_view s) {
+  return s == "Interleaved1F1B" || s == "LoopedBFS" || s == "InterleavedZeroBubble";
+}
+
+}  // namespace
+
+std::span<const FlagSpec> torchtitan_flag_specs() { return kFlags; }
+std::span<const std::string_view> torchtitan_subcommands() { return kSubcommands; }
+
+std::vector<Option> torchtitan_options(const spec::TrainingSpec& t, const plan::Plan& p) {
+  std::vector<Option> o;
+  const int zero = p.stages.front().zero;
+  add(o, "--parallelism.data_parallel_replicate_degree", zero == 0 ? p.dp : int64_t{1});
+  add(o, "--parallelism.data_parallel_shard_degree", zero == 0 ? int64_t{1} : p.dp);
+  if (zero >= 2) add(o, "--parallelism.fsdp_reshard_after_forward", std::string(zero == 3 ? "always" : "never"));
+  add(o, "--parallelism.tensor_parallel_degree", p.tp);
+  add(o, p.sequence_parallel ? "--parallelism.enable_sequence_parallel" : "--parallelism.no_enable_sequence_parallel");
+  add(o, "--parallelism.pipeline_parallel_degree", p.pp);
+  if (p.pp > 1) {
+    const int64_t v = p.virtual_pipeline_stages;
+    const auto split = torchtitan_split(detail::stage_layers(p), v).value_or(TorchtitanSplit{});
+    add(o, "--parallelism.pipeline_parallel_schedule", std::string(v > 1 ? "Interleaved1F1B" : "1F1B"));
+    if (split.layers_per_stage) add(o, "--parallelism.pipeline_parallel_layers_per_stage", *split.layers_per_stage);
+    add(o, "--parallelism.pipeline_parallel_first_stage_less_layers", split.first_less);
+    add(o, "--parallelism.pipeline_parallel_last_stage_less_layers", split.last_less);
+    add(o, "--parallelism.num_pp_microbatches", p.grad_accum_steps);  // one pipeline pass per iteration
+  }
+  const int64_t s = t.seq_length;
+  add(o, "--training.num_tokens_per_microbatch_per_dp_rank", p.micro_batch_size * s);
+  add(o, "--training.num_tokens_per_train_step", p.micro_batch_size * p.dp * p.grad_accum_steps * s);
+  add(o, "--training.max_context_length", s);
+  add(o, "--training.mixed_precision_param",
+      std::string(t.precision == spec::Dtype::kFp32 ? "float32" : "bfloat16"));
+  if (p.stages.front().offload.weights > 0) add(o, "--training.enable_cpu_offload");
+  if (p.overlap_tp_comm && p.tp > 1) {
+    add(o, "--compile.enable");  // async TP needs the model compiled (CompileConfig)
+    add(o, "--compile.enable_async_tensor_parallel");
+  }
+  add(o, p.stages.front().ckpt_layers > 0 ? "activation-checkpoint:full" : "activation-checkpoint:none");
+  return o;
+}
+
+std::vector<std::string> torchtitan_notes(const spec::ModelSpec& m, const spec::TrainingSpec&) {
+  return {fmt::format("the model comes from the config function (--module, --config); torchtitan's command line "
+                      "cannot set its shape: pick the one for {} ({} layers)", m.name, m.num_layers),
+          "torchtitan batches by tokens: micro batch = num_tokens_per_microbatch_per_dp_rank / max_context_length"};
+}
+
+Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spec::ModelSpec& m,
+                                                const spec::ClusterSpec& c) {
+  MIST_TRY(auto tokens, split_command_line(text, "--from-torchtitan"));
+  std::optional<std::string> ac;
+  for (auto& tok : tokens) {
+    if (tok.starts_with("--"))  // tyro takes hyphens and underscores alike
+      for (size_t i = 2; i < tok.size() && tok[i] != '='; ++i)
+        if (tok[i] == '-') tok[i] = '_';
+    if (tok.starts_with("activation-checkpoint:") || tok.starts_with("activation_checkpoint:"))
+      ac = tok.substr(tok.find(':') + 1);
+  }
+  MIST_TRY(Flags f, Flags::parse_tokens(tokens, kFlags));
+  ImportedJob out;
+  plan::Plan& p = out.plan;
+  const int64_t layers = m.num_layers;
+  MIST_TRY(auto cp, f.integer("--parallelism.context_parallel_degree", 1, 1024));
+  if (cp.value_or(1) > 1) return fail("--parallelism.context_parallel_degree", "mist's plans have no context parallelism");
+  if (f.has("--parallelism.module_fqns_per_model_part"))
+    return fail("--parallelism.module_fqns_per_model_part", "mist reads torchtitan's generated split only");
+  MIST_TRY(auto tp, f.integer("--parallelism.tensor_parallel_degree", 1, 1024));
+  MIST_TRY(auto pp, f.integer("--parallelism.pipeline_parallel_degree", 1, 100000));
+  MIST_TRY(auto replicate, f.integer("--parallelism.data_parallel_replicate_degree", 1, 1 << 20));
+  MIST_TRY(auto shard, f.integer("--parallelism.data_parallel_shard_degree", -1, 1 << 20));
+  p.tp = tp.value_or(1);
+  p.pp = pp.value_or(1);
+  const int64_t r = replicate.value_or(1);
+  int64_t s = shard.value_or(-1);
+  if (s == 0) return fail("--parallelism.data_parallel_shard_degree", "must be -1 (the rest) or at least 1");
+  MIST_TRY(int64_t rest, detail::data_parallel(p.tp * r, p.pp, c, "--parallelism.data_parallel_replicate_degree",
+                                                      "--parallelism.pipeline_parallel_degree"));
+  if (s == -1) s = rest;
+  if (s != rest)
+    return fail("--parallelism.data_parallel_shard_degree",
+                fmt::format("replicate × shard × tp × pp = {} but the cluster has {} GPUs", r * s * p.tp * p.pp,
+                            c.num_gpus()));
+  if (r > 1 && s > 1)
+    return fail("--parallelism.data_parallel_replicate_degree", "HSDP (replicate and shard both above 1) shards "
+                                                                "over part of dp only; mist's ZeRO shards over all of dp");
+  p.dp = r * s;
+  p.sequence_parallel = !f.has("--parallelism.no_enable_sequence_parallel");
+
+  MIST_TRY(auto policy, f.choice("--parallelism.fsdp_reshard_after_forward", {"default", "always", "never"}));
+  const std::string reshard = policy.value_or("default");
+  int zero = 0;
+  if (s > 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : (p.pp > 1 ? 2 : 3);  // fsdp.py
+  else if (r == 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : 0;
+
+  // Batch by tokens.
+  MIST_TRY(auto context, f.integer("--training.max_context_length", 1, int64_t{1} << 30));
+  MIST_TRY(auto per_mb, f.integer("--training.num_tokens_per_microbatch_per_dp_rank", 1, kMaxCount));
+  MIST_TRY(auto per_step, f.integer("--training.num_tokens_per_train_step", -1, kMaxCount));
+  MIST_TRY(auto microbatches, f.integer("--parallelism.num_pp_microbatches", 1, 1'000'000'000));
+  const int64_t seq = context.value_or(kDefaultContextLength);
+  const int64_t tokens_mb = per_mb.value_or(kDefaultTokensPerMicrobatch);
+  if (tokens_mb % seq != 0)
+    return fail("--training.num_tokens_per_microbatch_per_dp_rank",
+                fmt::format("{} tokens is not a whole number of {}-token sequences", tokens_mb, seq));
+  p.micro_batch_size = tokens_mb / seq;
+  const int64_t n_mb = p.pp > 1 ? microbatches.value_or(1) : 1;
+  MIST_TRY(int64_t per_rank, detail::product(tokens_mb, n_mb, "--parallelism.num_pp_microbatches"));
+  MIST_TRY(const int64_t pass, detail::product(per_rank, p.dp, "--training.num_tokens_per_microbatch_per_dp_rank"));
+  const int64_t step = per_step.value_or(-1) < 0 ? pass : *per_step;
+  if (step % pass != 0)
+    return fail("--training.num_tokens_per_train_step",
+                fmt::format("{} is not a multiple of the {} tokens of one accumulation step", step, pass));
+  p.grad_accum_steps = n_mb * (step / pass);
+  out.training.seq_length = seq;
+  out.training.global_batch_size = p.micro_batch_size * p.dp * p.grad_accum_steps;
+
+  // Pipeline split.
+  std::vector<int64_t> split{layers};
+  if (p.pp > 1) {
+    MIST_TRY(auto sched, f.choice("--parallelism.pipeline_parallel_schedule",
+                                  {"1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+                                   "ZBVZeroBubble", "DualPipeV"}));
+    const std::string schedule = sched.value_or("1F1B");
+    if (schedule == "ZBVZeroBubble" || schedule == "DualPipeV")
+      return fail("--parallelism.pipeline_parallel_schedule", "V-shaped stage placement is not in mist's plans");
+    TorchtitanSplit ts;
+    MIST_TRY(auto lps, f.integer("--parallelism.pipeline_parallel_layers_per_stage", 1, kMaxCount));
+    MIST_TRY(auto first, f.integer("--parallelism.pipeline_parallel_first_stage_less_layers", 0, kMaxCount));
+    MIST_TRY(auto last, f.integer("--parallelism.pipeline_parallel_last_stage_less_layers", 0, kMaxCount));
+    ts.layers_per_stage = lps;
+    ts.first_less = first.value_or(1);
+    ts.last_less = last.value_or(1);
+    const int64_t stages = torchtitan_num_stages(layers, p.pp, looped_schedule(schedule), ts);
+    if (stages % p.pp != 0 || (!looped_schedule(schedule) && stages != p.pp))
+      return fail("--parallelism.pipeline_parallel_layers_per_stage",
+                  fmt::format("gives {} stages, which the {} schedule cannot place on {} ranks", stages, schedule, p.pp));
+    split = torchtitan_rank_layers(torchtitan_stage_layers(layers, stages, ts.first_less, ts.last_less), p.pp);
+    if (split.empty())
+      return fail("--parallelism.pipeline_parallel_first_stage_less_layers",
+                  "torchtitan's generated split gives empty stages or unequal chunks on a rank for these weights");
+    p.virtual_pipeline_stages = stages / p.pp;
+  }
+  p.stages = detail::plan_with_stages(split).stages;
+  for (auto& st : p.stages) st.zero = zero;
+
+  const std::string policy_ac = ac.value_or("selective");
+  if (policy_ac == "full") {
+    for (auto& st : p.stages) st.ckpt_layers = st.num_layers;
+  } else if (policy_ac != "none") {
+    out.notes.push_back(fmt::format("activation-checkpoint:{}{}: torchtitan's {} checkpointing has no mist "
+                                    "equivalent; read as no recompute", policy_ac, ac ? "" : " (the default)",
+                                    policy_ac));
+  }
+  if (f.has("--training.enable_cpu_offload")) {
+    if (zero != 3 || p.dp == 1)
+      return fail("--training.enable_cpu_offload", "mist reads CPU offload inside FSDP (ZeRO-3, dp > 1) only");
+    for (auto& st : p.stages) st.offload = {.weights = 1, .gradients = 1, .optimizer_states = 1, .activations = 0};
+  }
+  MIST_TRY(auto mp, f.choice("--training.mixed_precision_param", {"bfloat16", "float32"}));
+  out.training.precision = mp.value_or("bfloat16") == "float32" ? spec::Dtype::kFp32 : spec::Dtype::kBf16;
+  MIST_TRY(auto dtype, f.choice("--training.dtype", {"bfloat16", "float32"}));
+  if (dtype == "bfloat16")
+    out.notes.push_back("--training.dtype bfloat16 keeps weights and optimizer states in bf16; mist models mixed "
+                        "precision with fp32 master weights");
+  // DDP and FSDP2 overlap gradient reduction; FSDP2 prefetches parameters (fsdp.py).
+  p.overlap_grad_reduce = true;
+  p.overlap_param_gather = true;
+  p.overlap_tp_comm = f.has("--compile.enable_async_tensor_parallel");
+  if (auto note = detail::ignored_note(f)) out.notes.push_back(*note);
+  p = canonical(p);
+  return out;
+}
+
+}  // namespace mist::engines

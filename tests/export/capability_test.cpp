@@ -1,0 +1,75 @@
+// The capability data the tuner will query agrees with the checks: every nearest plan stays
+// inside what EngineCaps says, and the reasons name plan fields.
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "export/capability.hpp"
+#include "export_jobs.hpp"
+
+namespace mist::engines {
+namespace {
+
+TEST(Capability, EngineNames) {
+  for (Engine e : all_engines()) EXPECT_EQ(*engine_from_string(to_string(e)), e);
+  auto bad = engine_from_string("colossal");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().path, "engine");
+}
+
+TEST(Capability, NearestPlansStayInsideTheCapabilityData) {
+  std::mt19937 rng(3);
+  const auto m = testing::model("llama2-13b");
+  const auto c = testing::cluster(2, 8);
+  const auto t = testing::training(512, 4096);
+  for (int i = 0; i < 300; ++i) {
+    const auto p = testing::random_plan(rng, m, c, t);
+    for (Engine e : all_engines()) {
+      const EngineCaps& caps = engine_caps(e);
+      const Nearest n = nearest_expressible(p, e, &t);
+      const auto& q = n.plan;
+      SCOPED_TRACE(plan::plan_to_json(p).dump());
+      for (const auto& s : q.stages) {
+        EXPECT_TRUE(caps.zero_levels[static_cast<size_t>(s.zero)]) << to_string(e);
+        if (!caps.per_stage_zero) { EXPECT_EQ(s.zero, q.stages[0].zero); }
+        if (q.pp > 1) { EXPECT_LE(s.zero, caps.max_zero_with_pp); }
+        if (!caps.offload.weights) { EXPECT_EQ(s.offload.weights, 0); }
+        if (caps.offload.weights_need_zero3 && s.offload.weights > 0) { EXPECT_EQ(s.zero, 3); }
+        if (!caps.offload.optimizer_any_fraction) {
+          EXPECT_TRUE(s.offload.optimizer_states == 0 || s.offload.optimizer_states == 1);
+        }
+        if (s.offload.optimizer_states > 0) { EXPECT_GE(s.zero, caps.offload.optimizer_min_zero); }
+        if (s.offload.optimizer_states > 0 && s.offload.optimizer_states < 1) {
+          EXPECT_GE(s.zero, caps.offload.optimizer_fraction_min_zero);
+        }
+        if (caps.offload.tied_whole) {
+          EXPECT_TRUE(s.offload.weights == s.offload.gradients && s.offload.gradients == s.offload.optimizer_states);
+        }
+        if (!caps.offload.activations_by_block) { EXPECT_EQ(s.offload.activations, 0); }
+        if (caps.full_recompute == RecomputeSupport::kAllOrNone) {
+          EXPECT_TRUE(s.ckpt_layers == 0 || s.ckpt_layers == s.num_layers);
+        }
+      }
+      if (!caps.virtual_stages) { EXPECT_EQ(q.virtual_pipeline_stages, 1); }
+      if (!caps.selective_recompute) { EXPECT_EQ(q.recompute, plan::Recompute::kNone); }
+      // Every reason names a plan field.
+      for (const auto& r : inexpressible_reasons(p, e, &t)) EXPECT_TRUE(r.path.starts_with("plan")) << r.to_string();
+    }
+  }
+}
+
+TEST(Capability, CanonicalForgetsFieldsWithoutEffect) {
+  auto p = testing::plan(1, 1, {32}, 4, 8);
+  p.overlap_grad_reduce = p.overlap_param_gather = false;
+  p.overlap_tp_comm = true;
+  const auto c = canonical(p);
+  EXPECT_TRUE(c.overlap_grad_reduce);
+  EXPECT_TRUE(c.overlap_param_gather);
+  EXPECT_FALSE(c.overlap_tp_comm);
+  auto q = testing::plan(8, 2, {32}, 4, 8, 1);
+  q.overlap_param_gather = false;
+  EXPECT_EQ(canonical(q), q);
+}
+
+}  // namespace
+}  // namespace mist::engines

@@ -1,0 +1,310 @@
+// Megatron-LM: exact flags for a set of plans, refusals, and import errors that name the flag.
+#include <gtest/gtest.h>
+
+#include "export/megatron.hpp"
+#include "export/splits.hpp"
+#include "export_jobs.hpp"
+
+namespace mist::engines {
+namespace {
+
+using testing::cluster;
+using testing::model;
+using testing::training;
+
+std::vector<Option> flags(std::initializer_list<std::pair<const char*, const char*>> list) {
+  std::vector<Option> out;
+  for (auto [n, v] : list) out.push_back({n, v ? std::optional<std::string>(v) : std::nullopt});
+  return out;
+}
+
+std::vector<Option> exported(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
+                             const plan::Plan& p) {
+  auto r = export_plan(Engine::kMegatron, m, c, t, p);
+  EXPECT_TRUE(r) << (r ? "" : r.error().to_string());
+  if (!r || !r->exported) {
+    ADD_FAILURE() << "refused: " << (r && !r->reasons.empty() ? r->reasons[0].to_string() : "");
+    return {};
+  }
+  return r->exported->options;
+}
+
+const auto kGpt13bShape = flags({{"--num-layers", "40"},
+                                 {"--hidden-size", "5120"},
+                                 {"--ffn-hidden-size", "20480"},
+                                 {"--num-attention-heads", "40"},
+                                 {"--max-position-embeddings", "2048"}});
+
+std::vector<Option> concat(std::vector<Option> a, const std::vector<Option>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(Megatron, TheExampleGpt13bPlanWithOneRecomputeCount) {
+  // 2 nodes × 8 A100: TP 4, PP 2, DP 2, distributed optimizer, 6 recomputed blocks on each stage.
+  auto p = testing::plan(2, 4, {20, 20}, 2, 128, /*zero=*/1, /*ckpt=*/6);
+  p.sequence_parallel = true;
+  auto got = exported(model("gpt3-13b"), cluster(2, 8), training(512, 2048), p);
+  EXPECT_EQ(got, concat(flags({{"--tensor-model-parallel-size", "4"},
+                               {"--pipeline-model-parallel-size", "2"},
+                               {"--sequence-parallel", nullptr},
+                               {"--micro-batch-size", "2"},
+                               {"--global-batch-size", "512"},
+                               {"--seq-length", "2048"},
+                               {"--recompute-granularity", "full"},
+                               {"--recompute-method", "block"},
+                               {"--recompute-num-layers", "6"},
+                               {"--use-distributed-optimizer", nullptr},
+                               {"--overlap-grad-reduce", nullptr},
+                               {"--overlap-param-gather", nullptr},
+                               {"--bf16", nullptr},
+                               {"--optimizer", "adam"},
+                               {"--hidden-dropout", "0"},
+                               {"--attention-dropout", "0"}}),
+                        kGpt13bShape));
+}
+
+TEST(Megatron, UnevenFirstLastStagesZero3AndOptimizerOffload) {
+  // Llama 3 8B on 8 GPUs: TP 2, PP 4 with 7 | 9 | 9 | 7 blocks, Megatron-FSDP ZeRO-3, half the
+  // optimizer states in host memory.
+  auto p = testing::plan(1, 2, {7, 9, 9, 7}, 1, 256, /*zero=*/3);
+  for (auto& s : p.stages) s.offload.optimizer_states = 0.5;
+  p.overlap_param_gather = false;
+  auto got = exported(model("llama3-8b"), cluster(1, 8), training(256, 4096), p);
+  EXPECT_EQ(got, flags({{"--tensor-model-parallel-size", "2"},
+                        {"--pipeline-model-parallel-size", "4"},
+                        {"--decoder-first-pipeline-num-layers", "7"},
+                        {"--decoder-last-pipeline-num-layers", "7"},
+                        {"--micro-batch-size", "1"},
+                        {"--global-batch-size", "256"},
+                        {"--seq-length", "4096"},
+                        {"--use-megatron-fsdp", nullptr},
+                        {"--data-parallel-sharding-strategy", "optim_grads_params"},
+                        {"--ckpt-format", "fsdp_dtensor"},
+                        {"--overlap-grad-reduce", nullptr},
+                        {"--optimizer-cpu-offload", nullptr},
+                        {"--use-precision-aware-optimizer", nullptr},
+                        {"--optimizer-offload-fraction", "0.5"},
+                        {"--bf16", nullptr},
+                        {"--optimizer", "adam"},
+                        {"--hidden-dropout", "0"},
+                        {"--attention-dropout", "0"},
+                        {"--num-layers", "32"},
+                        {"--hidden-size", "4096"},
+                        {"--ffn-hidden-size", "14336"},
+                        {"--num-attention-heads", "32"},
+                        {"--group-query-attention", nullptr},
+                        {"--num-query-groups", "8"},
+                        {"--max-position-embeddings", "8192"},
+                        {"--normalization", "RMSNorm"},
+                        {"--swiglu", nullptr},
+                        {"--position-embedding-type", "rope"},
+                        {"--untie-embeddings-and-output-weights", nullptr},
+                        {"--disable-bias-linear", nullptr}}));
+}
+
+TEST(Megatron, ArbitrarySplitWithVirtualStagesUsesTheLayout) {
+  // 8 | 12 | 10 | 10 blocks in 2 chunks per stage: entry a·pp + b is chunk a of stage b.
+  auto p = testing::plan(2, 2, {8, 12, 10, 10}, 1, 256, /*zero=*/2);
+  p.virtual_pipeline_stages = 2;
+  p.overlap_grad_reduce = false;
+  p.overlap_param_gather = false;
+  auto got = exported(model("gpt3-13b"), cluster(2, 8), training(512, 2048, spec::Dtype::kFp16), p);
+  auto expected = flags({{"--tensor-model-parallel-size", "2"},
+                         {"--pipeline-model-parallel-size", "4"},
+                         {"--pipeline-model-parallel-layout", "Et*4|t*6|t*5|t*5|t*4|t*6|t*5|t*5L"},
+                         {"--micro-batch-size", "1"},
+                         {"--global-batch-size", "512"},
+                         {"--seq-length", "2048"},
+                         {"--use-megatron-fsdp", nullptr},
+                         {"--data-parallel-sharding-strategy", "optim_grads"},
+                         {"--ckpt-format", "fsdp_dtensor"},
+                         {"--fp16", nullptr},
+                         {"--optimizer", "adam"},
+                         {"--hidden-dropout", "0"},
+                         {"--attention-dropout", "0"}});
+  EXPECT_EQ(got, concat(expected, kGpt13bShape));
+  auto ll = megatron_layers_from_layout("Et*4|t*6|t*5|t*5|t*4|t*6|t*5|t*5L", 4, 40);
+  ASSERT_TRUE(ll);
+  EXPECT_EQ(ll->layers, (std::vector<int64_t>{8, 12, 10, 10}));
+  EXPECT_EQ(ll->virtual_stages, 2);
+}
+
+TEST(Megatron, ActivationOffloadBySelectiveAndVirtualStagesByCount) {
+  // One stage, a quarter of the 24 blocks' activations offloaded: 6 blocks.
+  auto p = testing::plan(1, 2, {24}, 4, 8);
+  p.stages[0].offload.activations = 0.25;
+  auto got = exported(model("mist-gpt-1.3b"), cluster(1, 2), training(32, 1024, spec::Dtype::kFp32), p);
+  ASSERT_GE(got.size(), 7u);
+  EXPECT_EQ(std::vector<Option>(got.begin(), got.begin() + 7),
+            flags({{"--tensor-model-parallel-size", "2"},
+                   {"--pipeline-model-parallel-size", "1"},
+                   {"--micro-batch-size", "4"},
+                   {"--global-batch-size", "32"},
+                   {"--seq-length", "1024"},
+                   {"--overlap-grad-reduce", nullptr},
+                   {"--cpu-offloading-num-layers", "6"}}));
+  // Selective recompute and even interleaving.
+  auto q = testing::plan(2, 4, {20, 20}, 2, 128, 1);
+  q.recompute = plan::Recompute::kSelective;
+  q.virtual_pipeline_stages = 5;
+  q.overlap_tp_comm = q.sequence_parallel = true;
+  auto got2 = exported(model("gpt3-13b"), cluster(2, 8), training(512, 2048), q);
+  ASSERT_GE(got2.size(), 12u);
+  EXPECT_EQ(std::vector<Option>(got2.begin(), got2.begin() + 12),
+            flags({{"--tensor-model-parallel-size", "4"},
+                   {"--pipeline-model-parallel-size", "2"},
+                   {"--sequence-parallel", nullptr},
+                   {"--num-virtual-stages-per-pipeline-rank", "5"},
+                   {"--micro-batch-size", "2"},
+                   {"--global-batch-size", "512"},
+                   {"--seq-length", "2048"},
+                   {"--recompute-granularity", "selective"},
+                   {"--use-distributed-optimizer", nullptr},
+                   {"--overlap-grad-reduce", nullptr},
+                   {"--overlap-param-gather", nullptr},
+                   {"--tp-comm-overlap", nullptr}}));
+}
+
+TEST(Megatron, RefusesWhatItCannotRunAndNamesTheField) {
+  const auto m = model("gpt3-13b");
+  const auto c = cluster(2, 8);
+  const auto t = training(512, 2048);
+  auto p = testing::plan(2, 4, {20, 20}, 2, 128, 1, 6);
+  p.stages[1].zero = 2;          // per-stage ZeRO
+  p.stages[1].ckpt_layers = 2;   // a second recompute count
+  p.stages[0].offload.weights = 0.5;
+  p.stages[1].offload.activations = 0.2;
+  auto r = export_plan(Engine::kMegatron, m, c, t, p);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->exported);
+  std::vector<std::string> paths;
+  for (const auto& e : r->reasons) paths.push_back(e.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].zero", "plan.stages[0].offload.weights",
+                                             "plan.stages[1].ckpt_layers", "plan.stages[1].offload.activations"}));
+  ASSERT_TRUE(r->nearest);
+  const auto& n = r->nearest->plan;
+  EXPECT_EQ(n.stages[0].zero, 2);
+  EXPECT_EQ(n.stages[1].zero, 2);
+  EXPECT_EQ(n.stages[0].offload.weights, 0);
+  EXPECT_EQ(n.stages[1].ckpt_layers, 6);  // the larger count
+  EXPECT_EQ(n.stages[1].offload.activations, 0);
+  EXPECT_EQ(r->nearest->changes.size(), 4u);
+  EXPECT_TRUE(expressible(n, Engine::kMegatron, nullptr, &t));
+}
+
+TEST(Megatron, RecomputeCountsPerChunk) {
+  // Block recompute counts the first N blocks of every model chunk: 2 chunks of 6 and 4 blocks.
+  auto p = testing::plan(2, 4, {12, 8}, 2, 128);
+  p.virtual_pipeline_stages = 2;
+  p.stages[0].ckpt_layers = 10;  // needs N = 5: 2·min(5, 6) = 10 and 2·min(5, 4) = 8
+  p.stages[1].ckpt_layers = 8;
+  EXPECT_EQ(megatron_recompute_count(p), 5);
+  EXPECT_EQ(megatron_ckpt_layers(p, 5), (std::vector<int64_t>{10, 8}));
+  EXPECT_TRUE(expressible(p, Engine::kMegatron));
+  p.stages[1].ckpt_layers = 6;
+  EXPECT_FALSE(expressible(p, Engine::kMegatron));
+}
+
+TEST(Megatron, SelectiveWithFullOptimizerOffloadWithSgdAndTheGatherWithoutReduce) {
+  auto t = training(512, 2048);
+  t.optimizer = spec::Optimizer::kSgd;
+  auto p = testing::plan(2, 4, {20, 20}, 2, 128, 0, 4);
+  p.recompute = plan::Recompute::kSelective;
+  for (auto& s : p.stages) s.offload.optimizer_states = 1;
+  std::vector<Error> why;
+  EXPECT_FALSE(expressible(p, Engine::kMegatron, &why, &t));
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_EQ(why[0].path, "plan.stages[0].offload.optimizer_states");
+  EXPECT_NE(why[0].message.find("Adam"), std::string::npos);
+  EXPECT_EQ(why[1].path, "plan.recompute");
+  // With Adam, offload raises the ZeRO level to the distributed optimizer instead.
+  t.optimizer = spec::Optimizer::kAdamW;
+  p.recompute = plan::Recompute::kNone;
+  auto n = nearest_expressible(p, Engine::kMegatron, &t);
+  EXPECT_EQ(n.plan.stages[0].zero, 1);
+  EXPECT_EQ(n.plan.stages[0].offload.optimizer_states, 1);
+  auto q = testing::plan(2, 4, {20, 20}, 2, 128, 1);
+  q.overlap_grad_reduce = false;
+  EXPECT_FALSE(expressible(q, Engine::kMegatron, &why));
+  EXPECT_EQ(why.at(0).path, "plan.overlap_param_gather");
+}
+
+TEST(Megatron, ImportsARealCommandLine) {
+  const std::string cmd = R"(torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \
+      --tensor-model-parallel-size 4 --pipeline-model-parallel-size=2 --sequence-parallel \
+      --num-layers 40 --hidden-size 5120 --num-attention-heads 40 --seq-length 2048 \
+      --max-position-embeddings 2048 --micro-batch-size 2 --global-batch-size 512 \
+      --decoder-first-pipeline-num-layers 18 --recompute-granularity full --recompute-method block \
+      --recompute-num-layers 4 --use-distributed-optimizer --overlap-grad-reduce --bf16 \
+      --lr 6.0e-5 --data-path "/data/my corpus_text_document" --split 949,50,1)";
+  auto r = import_megatron_flags(cmd, model("gpt3-13b"), cluster(2, 8));
+  ASSERT_TRUE(r) << r.error().to_string();
+  const auto& p = r->plan;
+  EXPECT_EQ(p.dp, 2);
+  EXPECT_EQ(p.tp, 4);
+  EXPECT_EQ(p.pp, 2);
+  EXPECT_TRUE(p.sequence_parallel);
+  EXPECT_EQ(p.grad_accum_steps, 128);
+  ASSERT_EQ(p.stages.size(), 2u);
+  EXPECT_EQ(p.stages[0].num_layers, 18);
+  EXPECT_EQ(p.stages[1].num_layers, 22);
+  EXPECT_EQ(p.stages[0].ckpt_layers, 4);
+  EXPECT_EQ(p.stages[1].ckpt_layers, 4);
+  EXPECT_EQ(p.stages[1].zero, 1);
+  EXPECT_TRUE(p.overlap_grad_reduce);
+  EXPECT_FALSE(p.overlap_param_gather);
+  EXPECT_EQ(r->training.global_batch_size, 512);
+  EXPECT_EQ(r->training.seq_length, 2048);
+  EXPECT_EQ(r->training.precision, spec::Dtype::kBf16);
+  EXPECT_EQ(r->training.dropout, true);  // Megatron's 0.1 defaults
+  ASSERT_FALSE(r->notes.empty());
+  EXPECT_NE(r->notes.back().find("--lr, --data-path, --split"), std::string::npos) << r->notes.back();
+}
+
+TEST(Megatron, ImportErrorsNameTheFlag) {
+  const auto m = model("gpt3-13b");
+  const auto c = cluster(2, 8);
+  auto error_path = [&](const std::string& flags) {
+    auto r = import_megatron_flags(flags, m, c);
+    return r ? std::string("ok") : r.error().path;
+  };
+  EXPECT_EQ(error_path("--tensor-model-parallel-size 4"), "--micro-batch-size");  // required
+  EXPECT_EQ(error_path("--micro-batch-size two"), "--micro-batch-size");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --tensor-model-parallel-size 3"), "--tensor-model-parallel-size");
+  EXPECT_EQ(error_path("--micro-batch-size 3 --global-batch-size 512"), "--global-batch-size");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --num-layers 48"), "--num-layers");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 3"), "--pipeline-model-parallel-size");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 16"), "--pipeline-model-parallel-size");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --context-parallel-size 2"), "--context-parallel-size");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --recompute-granularity full"), "--recompute-method");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --recompute-granularity partial"), "--recompute-granularity");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 2 --cpu-offloading-num-layers 2"),
+            "--cpu-offloading-num-layers");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --optimizer-cpu-offload --use-distributed-optimizer"),
+            "--optimizer-cpu-offload");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 2 "
+                       "--pipeline-model-parallel-layout 'Et*20|t*19L'"),
+            "--pipeline-model-parallel-layout");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --sequence-parallel=yes"), "--sequence-parallel");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --bf16 --fp16"), "--fp16");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --seq-length"), "--seq-length");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --data-path 'unterminated"), "--from-megatron");
+}
+
+TEST(Megatron, SplitsFromFlags) {
+  EXPECT_EQ(*megatron_layers_from_first_last(40, 4, 7, std::nullopt), (std::vector<int64_t>{7, 11, 11, 11}));
+  EXPECT_EQ(*megatron_layers_from_first_last(40, 2, std::nullopt, 15), (std::vector<int64_t>{25, 15}));
+  EXPECT_FALSE(megatron_layers_from_first_last(40, 4, 6, std::nullopt));  // 34 over 3 stages
+  // Repetition forms of the layout string.
+  auto ll = megatron_layers_from_layout("Ett|(tt|)*2,t*3L", 4, 9);
+  ASSERT_TRUE(ll) << ll.error().to_string();
+  EXPECT_EQ(ll->layers, (std::vector<int64_t>{2, 2, 2, 3}));
+  EXPECT_EQ(megatron_split({8, 12, 10, 10}, 1).layout, "Et*8|t*12|t*10|t*10L");
+  EXPECT_EQ(megatron_split({12, 10, 10, 8}, 1).first, 12);
+  EXPECT_EQ(megatron_split({12, 10, 10, 8}, 1).last, 8);
+  EXPECT_FALSE(megatron_split({10, 10, 10, 10}, 2).first);
+}
+
+}  // namespace
+}  // namespace mist::engines
