@@ -70,6 +70,21 @@ TEST(Cli, PredictPrintsATableAndJson) {
   }
 }
 
+TEST(Cli, PredictSimulateReportsBothTimes) {
+  auto args = example_job();
+  args.push_back("--simulate");
+  args.push_back("--json");
+  auto o = mist(args);
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  ASSERT_TRUE(j.value("simulated", false));
+  const double sim = j["iteration_time_s"], closed = j["closed_form_iteration_time_s"];
+  EXPECT_GT(sim, 0);
+  EXPECT_NEAR(sim / closed, 1.0, 0.05);  // docs/simulation.md: within a few percent on such plans
+  // Throughput follows the simulated time.
+  EXPECT_NEAR(j["tokens_per_s"].get<double>() * sim, 512.0 * 2048, 1e-6 * 512 * 2048);
+}
+
 TEST(Cli, ExplainShowsFormulas) {
   auto o = mist(example_job("explain"));
   ASSERT_EQ(o.code, kExitOk) << o.err;
