@@ -24,5 +24,8 @@ std::vector<Command> add_list_command(CLI::App& app);      // list
 std::vector<Command> add_simulate_command(CLI::App& app);  // simulate
 std::vector<Command> add_tune_command(CLI::App& app);      // tune
 std::vector<Command> add_export_commands(CLI::App& app);   // export, import
+#ifdef MIST_WITH_TORCH
+std::vector<Command> add_validate_command(CLI::App& app);  // validate (needs LibTorch)
+#endif
 
 }  // namespace mist::cli

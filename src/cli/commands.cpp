@@ -21,6 +21,9 @@ int run(const std::vector<std::string>& args, std::string& out, std::string& err
   std::vector<Command> commands;
   for (auto add : {add_predict_commands, add_tune_command, add_list_command, add_export_commands, add_simulate_command})
     for (auto& c : add(app)) commands.push_back(std::move(c));
+#ifdef MIST_WITH_TORCH
+  for (auto& c : add_validate_command(app)) commands.push_back(std::move(c));
+#endif
 
   // CLI11 would only say "A subcommand is required" for `mist frobnicate`; name the word instead.
   if (!args.empty() && !args[0].empty() && args[0][0] != '-') {

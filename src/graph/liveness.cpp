@@ -7,15 +7,55 @@ namespace mist::graph {
 
 namespace {
 
+// Gradient buffers during a backward walk, as PyTorch's autograd engine holds them:
+// - an op's backward allocates a fresh gradient for each input that requires one, except an add,
+//   whose inputs receive the output's gradient itself (AddBackward passes it through);
+// - a tensor read by several ops accumulates its gradients in one buffer: in place when that
+//   buffer is held by this tensor alone, else the fresh gradient takes over (InputBuffer::add);
+// - a view gets a gradient of its own size; the split's backward concatenates the views'
+//   gradients into a new buffer for their base.
+// Keys are tensor ids (a view has its own key; its base's key is the base's id).
+struct Grads {
+  std::map<int, int> of;     // tensor -> buffer
+  std::map<int, Expr> size;  // live buffer -> bytes
+  std::map<int, int> refs;   // live buffer -> tensors bound to it
+  int next = 0;
+
+  int alloc(const Expr& bytes) {
+    size[next] = bytes;
+    refs[next] = 0;
+    return next++;
+  }
+  bool has(int t) const { return of.count(t) > 0; }
+  int holders(int t) const { return refs.at(of.at(t)); }
+  void bind(int t, int buf) {
+    of[t] = buf;
+    ++refs[buf];
+  }
+  void unbind(int t) {
+    auto it = of.find(t);
+    if (it == of.end()) return;
+    if (--refs[it->second] == 0) size.erase(it->second), refs.erase(it->second);
+    of.erase(it);
+  }
+  std::vector<Expr> sizes() const {
+    std::vector<Expr> v;
+    for (const auto& [b, e] : size) v.push_back(e);
+    return v;
+  }
+};
+
 struct Walk {
   const Layer& L;
   const sym::Bindings& dims;
 
-  int storage(int id) const { return L.tensors[id].view_of >= 0 ? L.tensors[id].view_of : id; }
-  Expr bytes(int storage_id) const { return sym::substitute(L.tensors[storage_id].bytes, dims); }
-  Expr total(const std::set<int>& live) const {
+  bool is_view(int id) const { return L.tensors[id].view_of >= 0; }
+  int storage(int id) const { return is_view(id) ? L.tensors[id].view_of : id; }
+  // The tensor's own bytes (a view's size, not its base's).
+  Expr bytes(int id) const { return sym::substitute(L.tensors[id].bytes, dims); }
+  Expr total(const std::set<int>& storages) const {
     std::vector<Expr> v;
-    for (int s : live) v.push_back(bytes(s));
+    for (int s : storages) v.push_back(bytes(s));
     return sym::sum(v);
   }
 
@@ -37,21 +77,22 @@ struct Walk {
     return out;
   }
 
-  Expr forward_peak(const std::set<int>& saved) const {
-    const int n = static_cast<int>(L.ops.size());
+  // Live bytes at each op of a forward over ops [first, last]: outputs are allocated, tensors are
+  // freed after their last reader unless saved (or the region's output). `base` is what is live
+  // besides (the region replay of a selective recompute adds the backward state there).
+  void forward_steps(int first, int last, const std::set<int>& saved, int output, const Expr& base,
+                     std::vector<Expr>& steps, std::set<int>* kept = nullptr) const {
     std::map<int, int> last_use;
-    for (int i = 0; i < n; ++i)
+    for (int i = first; i <= last; ++i)
       for (int t : L.ops[i].inputs) last_use[storage(t)] = i;
-    const int output = storage(L.output);
     std::set<int> live;
-    std::vector<Expr> steps;
-    for (int i = 0; i < n; ++i) {
+    for (int i = first; i <= last; ++i) {
       const Op& op = L.ops[i];
       for (int t : op.outputs)
-        if (L.tensors[t].view_of < 0) live.insert(t);
+        if (!is_view(t)) live.insert(t);
       std::set<int> with_temps = live;
       for (int t : op.temporaries) with_temps.insert(t);
-      steps.push_back(total(with_temps));
+      steps.push_back(base + total(with_temps));
       for (auto it = live.begin(); it != live.end();) {
         int s = *it;
         auto lu = last_use.find(s);
@@ -61,56 +102,142 @@ struct Walk {
         it = dead || unused ? live.erase(it) : std::next(it);
       }
     }
+    if (kept) *kept = live;
+  }
+
+  Expr forward_peak(const std::set<int>& saved) const {
+    std::vector<Expr> steps;
+    forward_steps(0, static_cast<int>(L.ops.size()) - 1, saved, storage(L.output), Expr(0.0), steps);
     return sym::max(steps);
   }
 
-  // With `recompute_core`, the attention core's saved tensors are rebuilt just before its
-  // backward (selective recompute), so they are live from then until their savers have run.
-  Expr backward_peak(const std::set<int>& saved, bool recompute_core) const {
-    const int n = static_cast<int>(L.ops.size());
-    // A saved storage is freed after the backward of the earliest op that saves it.
-    std::map<int, int> first_saver;
-    for (int i = n - 1; i >= 0; --i)
-      for (int t : L.ops[i].saved)
-        if (saved.count(storage(t))) first_saver[storage(t)] = i;
-    std::set<int> live_saved = saved;
-    std::set<int> grads;           // storages whose gradient is allocated
-    std::set<int> aliased;         // gradients living in a saved storage (in-place backward)
-    auto grad_bytes = [&]() {
-      std::vector<Expr> v;
-      for (int s : grads)
-        if (!aliased.count(s)) v.push_back(bytes(s));
-      return sym::sum(v);
-    };
-    grads.insert(storage(L.output));
+  struct Backward {
+    std::set<int> live_saved;      // saved storages not yet released
+    std::map<int, int> last_saver;  // storage -> op index after whose backward it is released
+    std::set<int> aliased;          // gradients living in a saved storage (in-place backward)
+    std::set<int> pinned;           // gradients kept past their producer (a checkpoint's output)
+    Grads grads;
     std::vector<Expr> steps;
-    for (int i = n - 1; i >= 0; --i) {
-      const Op& op = L.ops[i];
-      for (int t : op.inputs) {
-        int s = storage(t);
-        if (!L.tensors[t].requires_grad || grads.count(s)) continue;
-        grads.insert(s);
-        if (op.backward_in_place && live_saved.count(s)) aliased.insert(s);
+  };
+
+  // The backward of op i: allocates its input gradients, records the live bytes, then releases
+  // its output gradients and the saved tensors it was the last to need.
+  void backward_op(int i, Backward& B, const Expr& extra) const {
+    const Op& op = L.ops[i];
+    std::vector<Expr> transient;
+    std::vector<std::pair<int, Expr>> retake;  // tensor -> bytes of a new buffer after the step
+    const int out0 = op.outputs.empty() ? -1 : op.outputs[0];
+    for (int t : op.inputs) {
+      if (!L.tensors[t].requires_grad) continue;
+      if (op.kind == "view") {
+        // torch.split's backward: one new buffer for the base, replacing the views' gradients.
+        retake.push_back({t, bytes(storage(t))});
+        transient.push_back(bytes(storage(t)));
+        continue;
       }
-      std::set<int> held = live_saved;
-      if (recompute_core && op.attention_core)
-        for (int j = 0; j <= i; ++j)
-          if (L.ops[j].attention_core)
-            for (int t : L.ops[j].saved) held.insert(storage(t));
-      std::vector<Expr> now{total(held), grad_bytes()};
-      for (int t : op.temporaries) now.push_back(bytes(t));
-      steps.push_back(sym::sum(now));
-      for (int t : op.outputs) {
-        int s = storage(t);
-        if (s != storage(L.input)) grads.erase(s), aliased.erase(s);
+      if (op.kind == "add" && out0 >= 0 && B.grads.has(out0)) {
+        if (!B.grads.has(t))
+          B.grads.bind(t, B.grads.of.at(out0));
+        else if (B.grads.holders(t) > 1)
+          retake.push_back({t, bytes(t)}), transient.push_back(bytes(t));
+        continue;
       }
-      for (auto it = live_saved.begin(); it != live_saved.end();) {
-        auto fs = first_saver.find(*it);
-        bool done = (fs == first_saver.end() || fs->second >= i) && !aliased.count(*it);
-        it = done ? live_saved.erase(it) : std::next(it);
+      if (op.backward_in_place && B.live_saved.count(storage(t))) {
+        B.grads.bind(t, B.grads.alloc(Expr(0.0)));  // lives in the saved storage
+        B.aliased.insert(storage(t));
+        continue;
+      }
+      if (!B.grads.has(t)) {
+        B.grads.bind(t, B.grads.alloc(bytes(t)));
+      } else {
+        transient.push_back(bytes(t));  // the fresh gradient, added into the buffer
+        if (B.grads.holders(t) > 1) retake.push_back({t, bytes(t)});
       }
     }
-    return sym::max(steps);
+    for (int t : op.temporaries) transient.push_back(bytes(t));
+    std::vector<Expr> now = B.grads.sizes();
+    now.push_back(total(B.live_saved));
+    now.push_back(extra);
+    now.insert(now.end(), transient.begin(), transient.end());
+    B.steps.push_back(sym::sum(now));
+
+    if (op.kind == "view") {
+      for (int t : op.outputs) B.grads.unbind(t);
+    } else {
+      for (int t : op.outputs)
+        if (t != L.input && !B.pinned.count(t)) B.grads.unbind(t), B.aliased.erase(storage(t));
+    }
+    for (const auto& [t, b] : retake) {
+      B.grads.unbind(t);
+      B.grads.bind(t, B.grads.alloc(b));
+    }
+    for (auto it = B.live_saved.begin(); it != B.live_saved.end();) {
+      auto ls = B.last_saver.find(*it);
+      bool done = (ls == B.last_saver.end() || ls->second >= i) && !B.aliased.count(*it);
+      it = done ? B.live_saved.erase(it) : std::next(it);
+    }
+  }
+
+  // With `recompute_core` (selective recompute) the attention core runs as Megatron's
+  // CheckpointFunction: when the backward reaches it, its forward is replayed with grad (keeping
+  // what its ops save), then back-propagated; the recomputed output and its incoming gradient
+  // stay referenced until the region's backward is over.
+  Expr backward_peak(const std::set<int>& saved, bool recompute_core) const {
+    const int n = static_cast<int>(L.ops.size());
+    Backward B;
+    B.live_saved = saved;
+    // A saved storage is released after the backward of the earliest op that saves it; under
+    // selective recompute the checkpoint holds the core's inputs until the whole core is done.
+    for (int i = n - 1; i >= 0; --i) {
+      const Op& op = L.ops[i];
+      if (recompute_core && op.attention_core) {
+        int first = i;
+        while (first > 0 && L.ops[first - 1].attention_core) --first;
+        for (int t : op.inputs)
+          if (saved.count(storage(t))) B.last_saver[storage(t)] = first;
+        continue;
+      }
+      for (int t : op.saved)
+        if (saved.count(storage(t)) && (!B.last_saver.count(storage(t)) || B.last_saver[storage(t)] > i))
+          B.last_saver[storage(t)] = i;
+    }
+    B.grads.bind(L.output, B.grads.alloc(bytes(L.output)));
+    for (int i = n - 1; i >= 0; --i) {
+      if (!(recompute_core && L.ops[i].attention_core)) {
+        backward_op(i, B, Expr(0.0));
+        continue;
+      }
+      int first = i;
+      while (first > 0 && L.ops[first - 1].attention_core) --first;
+      recompute_region(first, i, B);
+      i = first;
+    }
+    return sym::max(B.steps);
+  }
+
+  void recompute_region(int first, int last, Backward& B) const {
+    std::set<int> region_saved;
+    for (int j = first; j <= last; ++j)
+      for (int t : L.ops[j].saved) region_saved.insert(storage(t));
+    const int out = L.ops[last].outputs[0];
+    // Replay: the backward state so far is live underneath.
+    std::vector<Expr> under = B.grads.sizes();
+    under.push_back(total(B.live_saved));
+    std::set<int> kept;
+    forward_steps(first, last, region_saved, storage(out), sym::sum(under), B.steps, &kept);
+    // The region's tensors join the saved set for the inner backward (inputs from outside are
+    // already there); the recomputed output is held apart until the end.
+    std::set<int> added;
+    for (int s : kept)
+      if (s != storage(out) && !B.live_saved.count(s)) added.insert(s), B.live_saved.insert(s);
+    for (int j = last; j >= first; --j)
+      for (int t : L.ops[j].saved)
+        if (added.count(storage(t))) B.last_saver[storage(t)] = j;
+    B.pinned.insert(out);
+    for (int j = last; j >= first; --j) backward_op(j, B, bytes(storage(out)));
+    B.pinned.erase(out);
+    B.grads.unbind(out);
+    for (int s : added) B.live_saved.erase(s), B.last_saver.erase(s);
   }
 };
 

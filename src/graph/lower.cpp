@@ -22,8 +22,9 @@ class LayerBuilder {
     layer_.tensors.push_back(Tensor{std::move(name), std::move(bytes), grad, -1});
     return static_cast<int>(layer_.tensors.size()) - 1;
   }
-  int view(std::string name, int base) {
-    layer_.tensors.push_back(Tensor{std::move(name), Expr(0.0), true, base});
+  // A view's bytes are its own size (its gradient's); its storage is its base's.
+  int view(std::string name, int base, Expr bytes) {
+    layer_.tensors.push_back(Tensor{std::move(name), std::move(bytes), true, base});
     return static_cast<int>(layer_.tensors.size()) - 1;
   }
   Op& op(std::string name, std::string kind, std::vector<int> in, std::vector<int> out,
@@ -223,7 +224,7 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
   Expr qkv_bias = m.qkv_bias ? (s.h + 2 * kv_width) / s.t : Expr(0.0);
   int qkv = column_linear(B, "attn.qkv", x, s.h, (s.h + 2 * kv_width) / s.t, qkv_bias);
   // q, k, v are views of one allocation: saving any of them keeps all of qkv alive.
-  int q = B.view("attn.q", qkv), k = B.view("attn.k", qkv), v = B.view("attn.v", qkv);
+  int q = B.view("attn.q", qkv, q_bytes), k = B.view("attn.k", qkv, kv_bytes), v = B.view("attn.v", qkv, kv_bytes);
   B.op("attn.split", "view", {qkv}, {q, k, v}, {});
   if (m.positions == spec::Positions::kRotary) {
     // Out-of-place rotary (Megatron's apply_rotary_pos_emb): new q and k, saves only cos/sin.

@@ -94,7 +94,10 @@ TEST(Lowering, LivenessPeaksBoundTheSavedSet) {
           // Backward starts holding everything saved plus the output gradient.
           EXPECT_GE(eval(a.bwd_peak, b), saved) << name << " " << L->name;
           EXPECT_LE(eval(a.saved_selective, b), saved) << name << " " << L->name;
-          EXPECT_LE(eval(a.bwd_peak_selective, b), eval(a.bwd_peak, b) + 1e-6) << name << " " << L->name;
+          // Selective recompute can peak above no recompute (the replayed core plus the output its
+          // checkpoint holds; measured by `mist validate`, docs/validation.md), but never below
+          // what it saves.
+          EXPECT_GE(eval(a.bwd_peak_selective, b), eval(a.saved_selective, b)) << name << " " << L->name;
         }
       }
     }

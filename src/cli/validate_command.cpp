@@ -1,0 +1,156 @@
+// `mist validate`: measures a sweep of transformer blocks on this machine's CPU with the LibTorch
+// executor and compares mist's memory predictions with the measurements (docs/validation.md).
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "cli/commands.hpp"
+#include "core/json_fields.hpp"
+#include "executor/validation.hpp"
+
+namespace mist::cli {
+
+namespace {
+
+struct ValidateArgs {
+  bool quick = false, json = false, verbose = false, strict = false;
+  int reps = -1;  // -1: 2 with --quick, else 5
+  int threads = 1;
+  std::string timings;
+};
+
+std::string mib(double bytes) { return fmt::format("{:.3f}", bytes / (1024.0 * 1024.0)); }
+std::string percent(double e) { return std::isfinite(e) ? fmt::format("{:+.2f}%", 100 * e) : "inf"; }
+std::string bound_text(double b) { return b < 0 ? "reported" : b == 0 ? "exact" : fmt::format("±{:g}%", 100 * b); }
+
+const char* term_description(const std::string& t) {
+  if (t == "weights") return "parameters of one block in the training dtype";
+  if (t == "gradients") return "fp32 main_grad of one block";
+  if (t == "optimizer_states") return "AdamW state of one block (fp32 master when mixed, m, v)";
+  if (t == "saved") return "activations one block keeps for backward, one micro-batch";
+  if (t == "peak") return "activations of one block at their peak (activations + activation_transient)";
+  if (t == "forward_peak") return "liveness: input + most bytes live during the forward";
+  if (t == "backward_peak") return "liveness: most bytes live during the backward";
+  return "";
+}
+
+std::string text(const executor::ValidationReport& r) {
+  std::string out;
+  const size_t width = 14;
+  size_t name_w = 4;
+  for (const auto& c : r.cases) name_w = std::max(name_w, c.c.name.size());
+  for (size_t i = 0; i < r.summary.size(); ++i) {
+    const auto& s = r.summary[i];
+    out += fmt::format("{} ({}), bound {}\n", s.term, term_description(s.term), bound_text(s.bound));
+    out += fmt::format("  {:<{}} {:>{}} {:>{}} {:>9}\n", "case", name_w, "predicted MiB", width, "measured MiB",
+                       width, "error");
+    for (const auto& c : r.cases) {
+      const auto& t = c.terms[i];
+      const std::string flag = t.ok              ? ""
+                               : t.gap.empty() ? "  FAIL"
+                                               : fmt::format("  known gap {}: {} with it", t.gap, percent(t.error_with_gap));
+      out += fmt::format("  {:<{}} {:>{}} {:>{}} {:>9}{}\n", c.c.name, name_w, mib(t.predicted), width,
+                         mib(t.measured), width, percent(t.error), flag);
+    }
+    out += "\n";
+  }
+  out += fmt::format("summary over {} blocks measured on this CPU\n", r.cases.size());
+  out += fmt::format("  {:<18} {:>9} {:>10} {:>10}  {}\n", "term", "bound", "max |err|", "median", "status");
+  for (const auto& s : r.summary) {
+    std::string status = s.bound < 0 ? "-" : s.ok ? "ok" : "FAIL";
+    if (s.explained > 0) status += fmt::format(" ({} of {} beyond the bound, explained by a known gap)", s.explained, s.cases);
+    out += fmt::format("  {:<18} {:>9} {:>10} {:>10}  {}\n", s.term, bound_text(s.bound),
+                       fmt::format("{:.2f}%", 100 * s.max_abs_error), fmt::format("{:.2f}%", 100 * s.median_abs_error),
+                       status);
+  }
+  out += r.ok ? "all bounded terms within their bounds or explained by a known gap (docs/validation.md)\n"
+              : "some terms exceed their bounds\n";
+  return out;
+}
+
+Json json(const executor::ValidationReport& r) {
+  Json cases = Json::array();
+  for (const auto& c : r.cases) {
+    const auto& run = c.c.run;
+    Json terms = Json::object();
+    for (const auto& t : c.terms)
+      terms[t.term] = {{"predicted_bytes", t.predicted}, {"measured_bytes", t.measured},
+                       {"error", std::isfinite(t.error) ? Json(t.error) : Json(nullptr)},
+                       {"bound", t.bound}, {"ok", t.ok}};
+    for (const auto& t : c.terms)
+      if (!t.gap.empty()) terms[t.term]["known_gap"] = {{"name", t.gap}, {"error_with_gap", t.error_with_gap}};
+    cases.push_back({{"name", c.c.name},
+                     {"model", spec::model_to_json(run.model)},
+                     {"seq_length", run.seq_length},
+                     {"micro_batch", run.micro_batch},
+                     {"dtype", spec::to_string(run.dtype)},
+                     {"checkpoint", executor::to_string(run.checkpoint)},
+                     {"flash_attention", run.flash_attention},
+                     {"dropout", run.dropout},
+                     {"terms", terms},
+                     {"scratch_peak_bytes", c.measured.scratch_peak_bytes},
+                     {"seconds", c.seconds}});
+  }
+  Json summary = Json::array();
+  for (const auto& s : r.summary)
+    summary.push_back({{"term", s.term}, {"bound", s.bound}, {"cases", s.cases},
+                       {"max_abs_error", s.max_abs_error}, {"median_abs_error", s.median_abs_error},
+                       {"explained_by_known_gap", s.explained}, {"ok", s.ok}});
+  return {{"device", "cpu"}, {"ok", r.ok}, {"cases", cases}, {"summary", summary}};
+}
+
+int validate(const ValidateArgs& a, std::string& out, std::string& err) {
+  executor::ValidationOptions o;
+  o.quick = a.quick;
+  o.strict = a.strict;
+  o.timing_reps = a.reps >= 0 ? a.reps : (a.quick ? 2 : 5);
+  o.threads = a.threads;
+  if (a.verbose)
+    o.on_case = [](const executor::CaseResult& c) {
+      // Progress goes straight to stderr: a full sweep takes minutes.
+      fmt::print(stderr, "{:<52} saved {:+.2f}%  peak {:+.2f}%  ({:.1f} s)\n", c.c.name, 100 * c.terms[3].error,
+                 100 * c.terms[4].error, c.seconds);
+    };
+  auto r = executor::run_validation(o);
+  if (!r) {
+    err = "mist: validate: " + r.error().to_string() + "\n";
+    return kExitInternal;
+  }
+  if (!a.timings.empty()) {
+    std::ofstream f(a.timings);
+    f << executor::timings_csv(*r);
+    if (!f) {
+      err = fmt::format("mist: validate: cannot write {}\n", a.timings);
+      return kExitInvalidInput;
+    }
+  }
+  out = a.json ? json(*r).dump(2) + "\n" : text(*r);
+  if (!r->ok) {
+    err = "mist: validate: predictions and measurements disagree beyond the bounds\n";
+    return kExitInternal;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_validate_command(CLI::App& app) {
+  auto a = std::make_shared<ValidateArgs>();
+  auto* v = app.add_subcommand("validate",
+                               "measure transformer blocks on this CPU (LibTorch) and compare with mist's memory model");
+  v->add_flag("--quick", a->quick, "a small sweep (6 blocks, seconds) instead of the full one (36 blocks, minutes)");
+  v->add_flag("--json", a->json, "print one JSON object instead of tables");
+  v->add_flag("--strict", a->strict, "fail also where a known gap of the model explains an error (docs/validation.md)");
+  v->add_flag("--verbose", a->verbose, "print each block's result to stderr as it is measured");
+  v->add_option("--reps", a->reps, "timed forward+backward repetitions per block (default 2 quick, 5 full)")
+      ->check(CLI::Range(0, 100));
+  v->add_option("--threads", a->threads, "intra-op threads of LibTorch and OpenBLAS (default 1)")->check(CLI::Range(1, 1024));
+  v->add_option("--timings", a->timings, "write per-op wall times (CSV, docs/validation.md) to this file");
+  return {{v, [a](std::string& out, std::string& err) { return validate(*a, out, err); }}};
+}
+
+}  // namespace mist::cli

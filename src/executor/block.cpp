@@ -1,0 +1,196 @@
+#include "executor/block.hpp"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+namespace mist::executor {
+
+namespace {
+constexpr double kDropoutP = 0.1;
+constexpr double kRopeBase = 10000.0;
+}  // namespace
+
+Block::Block(const BlockRun& r, at::ScalarType dtype) : run_(r), dtype_(dtype) {
+  const auto& m = r.model;
+  dims_.heads = m.num_heads;
+  dims_.groups = m.num_kv_heads;
+  dims_.head_dim = m.hidden_size / m.num_heads;
+  dims_.scale = 1.0 / std::sqrt(static_cast<double>(dims_.head_dim));
+  if (m.positions == spec::Positions::kRotary) {
+    // cos/sin of position·base^(-2i/d), i < d/2: constants, like Megatron's rotary buffers.
+    const int64_t half = dims_.head_dim / 2;
+    auto inv = at::pow(kRopeBase, at::arange(0, half, at::kDouble).mul_(-2.0 / dims_.head_dim));
+    auto angle = at::outer(at::arange(0, r.seq_length, at::kDouble), inv);
+    cos_ = angle.cos().to(at::kFloat);
+    sin_ = angle.sin().to(at::kFloat);
+  }
+  core_region_ = [this](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{core(in[0], in[1], in[2])};
+  };
+  block_region_ = [this](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{body(in[0], false)};
+  };
+}
+
+int Block::id(const std::string& name) {
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (names_[i] == name) return static_cast<int>(i);
+  names_.push_back(name);
+  return static_cast<int>(names_.size()) - 1;
+}
+
+ops::LinearParams Block::linear_params(int64_t in, int64_t out, bool bias) {
+  ops::LinearParams p;
+  p.w = at::randn({out, in}, at::kFloat).mul_(0.02).to(dtype_);
+  if (bias) p.b = at::zeros({out}, dtype_);
+  return p;
+}
+
+ops::NormParams Block::norm_params() {
+  ops::NormParams p;
+  p.layernorm = run_.model.norm == spec::Norm::kLayerNorm;
+  p.w = at::ones({run_.model.hidden_size}, dtype_);
+  if (p.layernorm) p.b = at::zeros({run_.model.hidden_size}, dtype_);
+  return p;
+}
+
+void Block::init_params() {
+  const auto& m = run_.model;
+  const int64_t h = m.hidden_size, f = m.ffn_hidden_size, kv = h / m.num_heads * m.num_kv_heads;
+  const bool swiglu = m.mlp == spec::Mlp::kSwiGlu;
+  // The same parameters as the lowering counts (graph/lower.cpp): a second norm unless Falcon
+  // shares one, biases on QKV (qkv_bias) and on the other projections (linear_bias).
+  ln1_ = norm_params();
+  if (!m.parallel_block || m.norms_per_block >= 2) ln2_ = norm_params();
+  qkv_ = linear_params(h, h + 2 * kv, m.qkv_bias);
+  proj_ = linear_params(h, h, m.linear_bias);
+  fc1_ = linear_params(h, swiglu ? 2 * f : f, m.linear_bias);
+  fc2_ = linear_params(f, h, m.linear_bias);
+}
+
+std::vector<std::pair<at::Tensor*, at::Tensor*>> Block::params_and_grads() {
+  std::vector<std::pair<at::Tensor*, at::Tensor*>> v;
+  for (auto* n : {&ln1_, &ln2_}) {
+    if (n->w.defined()) v.push_back({&n->w, &n->main_w});
+    if (n->b.defined()) v.push_back({&n->b, &n->main_b});
+  }
+  for (auto* l : {&qkv_, &proj_, &fc1_, &fc2_}) {
+    v.push_back({&l->w, &l->main_w});
+    if (l->b.defined()) v.push_back({&l->b, &l->main_b});
+  }
+  return v;
+}
+
+int64_t Block::param_count() const {
+  int64_t n = 0;
+  for (auto& [p, g] : const_cast<Block*>(this)->params_and_grads()) n += p->numel();
+  return n;
+}
+
+void Block::init_main_grads() {
+  for (auto& [p, g] : params_and_grads()) *g = at::zeros(p->sizes(), at::kFloat);
+}
+
+void Block::init_optimizer() {
+  for (auto& [p, g] : params_and_grads()) {
+    // Mixed precision keeps an fp32 master copy; fp32 training updates the weight itself.
+    if (dtype_ != at::kFloat) master_.push_back(p->to(at::kFloat));
+    exp_avg_.push_back(at::zeros(p->sizes(), at::kFloat));
+    exp_avg_sq_.push_back(at::zeros(p->sizes(), at::kFloat));
+  }
+}
+
+void Block::adamw_step(double lr) {
+  constexpr double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  ++step_;
+  const double c1 = 1 - std::pow(b1, step_), c2 = 1 - std::pow(b2, step_);
+  size_t i = 0;
+  for (auto& [p, g] : params_and_grads()) {
+    auto& w = master_.empty() ? *p : master_[i];
+    exp_avg_[i].mul_(b1).add_(*g, 1 - b1);
+    exp_avg_sq_[i].mul_(b2).addcmul_(*g, *g, 1 - b2);
+    auto denom = (exp_avg_sq_[i] / c2).sqrt_().add_(eps);
+    w.mul_(1 - lr * wd).addcdiv_(exp_avg_[i], denom, -lr / c1);
+    if (!master_.empty()) p->copy_(w);
+    g->zero_();
+    ++i;
+  }
+}
+
+bool Block::weights_finite() const {
+  for (auto& [p, g] : const_cast<Block*>(this)->params_and_grads())
+    if (!at::isfinite(*p).all().item<bool>()) return false;
+  return true;
+}
+
+at::Tensor Block::maybe_dropout(at::Tensor x, const char* name) {
+  if (!run_.dropout) return x;
+  const int op = id(name);
+  // The seed depends on the micro-batch and the op only, so a recomputation draws the same mask.
+  return ops::dropout(std::move(x), kDropoutP, static_cast<uint64_t>(micro_batch_) * 1000003u + op, op);
+}
+
+at::Tensor Block::core(at::Tensor q, at::Tensor k, at::Tensor v) {
+  if (run_.flash_attention) return ops::flash_attention(std::move(q), std::move(k), std::move(v), dims_, id("attn.core"));
+  if (dims_.groups != dims_.heads) std::tie(k, v) = ops::expand_kv(std::move(k), std::move(v), dims_, id("attn.expand_kv"));
+  auto scores = ops::qk(std::move(q), std::move(k), dims_, id("attn.qk"));
+  auto p = ops::causal_softmax(std::move(scores), dims_, id("attn.softmax"));
+  p = maybe_dropout(std::move(p), "attn.dropout");
+  return ops::pv(std::move(p), std::move(v), dims_, id("attn.pv"));
+}
+
+at::Tensor Block::attention(at::Tensor x, bool checkpoint_core) {
+  const int64_t h = run_.model.hidden_size, kv = dims_.head_dim * dims_.groups;
+  auto qkv = ops::linear(std::move(x), qkv_, id("attn.qkv"));
+  // q, k and v are views of one allocation (torch.split in Megatron).
+  auto parts = at::split_with_sizes(qkv, {h, kv, kv}, 2);
+  qkv.reset();
+  at::Tensor q = std::move(parts[0]), k = std::move(parts[1]), v = std::move(parts[2]);
+  if (run_.model.positions == spec::Positions::kRotary)
+    std::tie(q, k) = ops::rotary(std::move(q), std::move(k), cos_, sin_, dims_, id("attn.rotary"));
+  auto ctx = checkpoint_core ? ops::checkpoint(core_region_, {std::move(q), std::move(k), std::move(v)})[0]
+                             : core(std::move(q), std::move(k), std::move(v));
+  return ops::linear(std::move(ctx), proj_, id("attn.proj"));
+}
+
+at::Tensor Block::mlp(at::Tensor x) {
+  if (run_.model.mlp == spec::Mlp::kSwiGlu) {
+    auto gu = ops::linear(std::move(x), fc1_, id("mlp.gate_up"));
+    return ops::linear(ops::swiglu(std::move(gu), id("mlp.swiglu")), fc2_, id("mlp.down"));
+  }
+  auto a = ops::linear(std::move(x), fc1_, id("mlp.fc1"));
+  return ops::linear(ops::gelu(std::move(a), id("mlp.gelu")), fc2_, id("mlp.fc2"));
+}
+
+at::Tensor Block::body(const at::Tensor& x, bool checkpoint_core) {
+  if (run_.model.parallel_block) {
+    // Falcon: attention and MLP read the same normed input (or one norm each), one residual.
+    auto xa = ops::norm(x, ln1_, id("ln_attn"));
+    const bool shared = !ln2_.w.defined();
+    auto xm = shared ? xa : ops::norm(x, ln2_, id("ln_mlp"));
+    auto ya = attention(shared ? xa : std::move(xa), checkpoint_core);
+    xa.reset();
+    auto ym = mlp(std::move(xm));
+    auto y = maybe_dropout(ops::add(std::move(ya), std::move(ym), id("attn_mlp_sum")), "dropout");
+    return ops::add(x, std::move(y), id("residual"));
+  }
+  auto x1 = ops::norm(x, ln1_, id("ln1"));
+  auto ya = maybe_dropout(attention(std::move(x1), checkpoint_core), "attn.dropout_out");
+  auto r1 = ops::add(x, std::move(ya), id("residual1"));
+  auto x2 = ops::norm(r1, ln2_, id("ln2"));
+  auto ym = maybe_dropout(mlp(std::move(x2)), "mlp.dropout_out");
+  return ops::add(std::move(r1), std::move(ym), id("residual2"));
+}
+
+at::Tensor Block::forward(const at::Tensor& x) {
+  ++micro_batch_;
+  switch (run_.checkpoint) {
+    case CheckpointMode::kNone: return body(x, false);
+    case CheckpointMode::kSelective: return body(x, true);
+    case CheckpointMode::kFull: return ops::checkpoint(block_region_, {x})[0];
+  }
+  return {};
+}
+
+}  // namespace mist::executor

@@ -1,0 +1,258 @@
+#include "executor/executor.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <dlfcn.h>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "executor/block.hpp"
+#include "executor/functions.hpp"
+#include "executor/tracking_allocator.hpp"
+
+namespace mist::executor {
+
+namespace {
+
+int64_t live() { return live_bytes(AllocClass::kActivation); }
+
+const char* phase_name(ops::Phase p) {
+  switch (p) {
+    case ops::Phase::kForward: return "forward";
+    case ops::Phase::kBackward: return "backward";
+    case ops::Phase::kRecompute: return "recompute";
+  }
+  return "?";
+}
+
+// Intra-op threads for LibTorch's OpenMP pool and, when the BLAS is OpenBLAS (Debian's
+// alternatives may point libblas.so.3 at it), for OpenBLAS's own pthread pool: two pools spinning
+// on the same cores slow small ops down a hundredfold on a loaded machine.
+void set_threads(int n) {
+  at::set_num_threads(n);
+  using SetThreads = void (*)(int);
+  if (auto* f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
+
+Result<void> check_run(const BlockRun& r) {
+  MIST_CHECK(spec::validate_model(r.model, "model"));
+  const auto& m = r.model;
+  if (r.dtype != spec::Dtype::kFp32 && r.dtype != spec::Dtype::kBf16)
+    return fail("run.dtype", "the CPU executor runs fp32 or bf16 (LibTorch 1.13 has no fp16 CPU matmul)");
+  if (r.seq_length < 1 || r.micro_batch < 1) return fail("run", "seq_length and micro_batch must be >= 1");
+  if (r.micro_batches < 1) return fail("run.micro_batches", "must be >= 1");
+  if (m.positions == spec::Positions::kRotary && m.head_dim() % 2 != 0)
+    return fail("model.hidden_size", "rotary embeddings need an even head dimension");
+  return {};
+}
+
+struct Pass {
+  int64_t base = 0;  // live bytes before the forward, less the input
+  int64_t saved = 0, fwd_peak = 0, bwd_peak = 0, scratch_peak = 0;
+  double fwd_s = 0, bwd_s = 0;
+  double output_sumsq = 0, input_grad_sumsq = 0;
+};
+
+double sumsq(const at::Tensor& t) {
+  ScopedAllocClass ws(AllocClass::kWorkspace);  // the fp64 copy is not an activation
+  return t.to(at::kDouble).pow(2).sum().item<double>();
+}
+
+// One micro-batch; byte counts are relative to the live bytes before it, plus the input.
+Pass run_pass(Block& blk, at::Tensor& x, const at::Tensor& grad_source) {
+  using clock = std::chrono::steady_clock;
+  Pass p;
+  x.mutable_grad().reset();  // the input's gradient is handed upstream, not kept
+  const int64_t x_bytes = static_cast<int64_t>(x.nbytes());
+  const int64_t base = live();
+  p.base = base - x_bytes;
+  reset_peaks();
+  auto t0 = clock::now();
+  auto out = blk.forward(x);
+  p.fwd_s = std::chrono::duration<double>(clock::now() - t0).count();
+  p.fwd_peak = peak_activation_bytes() - base + x_bytes;
+  p.saved = live() - base - static_cast<int64_t>(out.nbytes()) + x_bytes;
+  int64_t scratch = peak_scratch_bytes();
+  p.output_sumsq = sumsq(out);
+  // The gradient of the output enters through a scalar (out·g).sum(), so that only the graph
+  // holds it, as when the next block's backward produces it; the output itself is then freed
+  // (it is the next block's saved input, counted there).
+  auto loss = (out * grad_source).sum();
+  out.reset();
+  auto one = at::ones({}, loss.options());
+  // The scalar loss and its unit gradient stay live through the backward: bookkeeping, not
+  // activations.
+  const int64_t bookkeeping = static_cast<int64_t>(loss.nbytes() + one.nbytes());
+  reset_peaks();
+  t0 = clock::now();
+  torch::autograd::backward({loss}, {one});
+  p.bwd_s = std::chrono::duration<double>(clock::now() - t0).count();
+  p.bwd_peak = peak_activation_bytes() - base + x_bytes - bookkeeping;
+  p.scratch_peak = std::max(scratch, peak_scratch_bytes());
+  p.input_grad_sumsq = sumsq(x.grad());
+  return p;
+}
+
+Result<BlockMeasurement> measure(const BlockRun& r) {
+  const auto dtype = r.dtype == spec::Dtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  const auto& m = r.model;
+  BlockMeasurement M;
+  at::manual_seed(r.seed);
+  Block blk(r, dtype);
+  int64_t l = live();
+  blk.init_params();
+  M.weight_bytes = live() - l;
+  M.param_count = blk.param_count();
+  l = live();
+  blk.init_main_grads();
+  M.gradient_bytes = live() - l;
+  l = live();
+  blk.init_optimizer();
+  M.optimizer_bytes = live() - l;
+
+  auto x = at::randn({r.seq_length, r.micro_batch, m.hidden_size}, at::kFloat).to(dtype).requires_grad_(true);
+  const auto grad_source = at::randn({r.seq_length, r.micro_batch, m.hidden_size}, at::kFloat).mul_(1e-2).to(dtype);
+  M.input_bytes = M.output_bytes = static_cast<int64_t>(x.nbytes());
+
+  // Gradient accumulation: the first micro-batches warm up LibTorch's lazy state (oneDNN
+  // primitive caches); the last one is measured and records the op order.
+  std::vector<ops::OpSample> samples;
+  Pass pass;
+  for (int i = 0; i < r.micro_batches; ++i) {
+    const bool last = i + 1 == r.micro_batches;
+    if (last) ops::set_op_sink(&samples);
+    pass = run_pass(blk, x, grad_source);
+    ops::set_op_sink(nullptr);
+  }
+  M.saved_bytes = pass.saved;
+  M.forward_peak_bytes = pass.fwd_peak;
+  M.backward_peak_bytes = pass.bwd_peak;
+  M.scratch_peak_bytes = pass.scratch_peak;
+  M.output_sumsq = pass.output_sumsq;
+  M.input_grad_sumsq = pass.input_grad_sumsq;
+  for (auto& [w, g] : blk.params_and_grads()) M.weight_grad_sumsq += sumsq(*g);
+  for (const auto& s : samples) {
+    if (s.phase == ops::Phase::kForward) M.forward_ops.push_back(blk.op_names()[s.op]);
+    M.trace.push_back({blk.op_names()[s.op], phase_name(s.phase), s.live_after - pass.base, s.peak_inside - pass.base});
+  }
+
+  blk.adamw_step(1e-4);
+  M.step_ok = blk.weights_finite();
+
+  // Timed repetitions: per op and phase, plus the whole block.
+  samples.clear();
+  OpTime fwd{"block", "forward", {}}, bwd{"block", "backward", {}};
+  for (int i = 0; i < r.timing_reps; ++i) {
+    ops::set_op_sink(&samples);
+    auto p = run_pass(blk, x, grad_source);
+    ops::set_op_sink(nullptr);
+    fwd.seconds.push_back(p.fwd_s);
+    bwd.seconds.push_back(p.bwd_s);
+  }
+  std::map<std::pair<int, int>, size_t> index;
+  for (const auto& s : samples) {
+    auto key = std::make_pair(s.op, static_cast<int>(s.phase));
+    auto it = index.find(key);
+    if (it == index.end()) {
+      it = index.emplace(key, M.times.size()).first;
+      M.times.push_back({blk.op_names()[s.op], phase_name(s.phase), {}});
+    }
+    M.times[it->second].seconds.push_back(s.seconds);
+  }
+  if (r.timing_reps > 0) {
+    M.times.push_back(std::move(fwd));
+    M.times.push_back(std::move(bwd));
+  }
+  return M;
+}
+
+Result<GradientCheck> gradient_check(const BlockRun& r) {
+  at::manual_seed(r.seed);
+  Block blk(r, at::kFloat);
+  blk.init_params();
+  blk.init_main_grads();
+  auto x = at::randn({r.seq_length, r.micro_batch, r.model.hidden_size}, at::kFloat);
+  const auto g = at::randn(x.sizes(), at::kFloat);
+  auto loss_at = [&](const at::Tensor& xin) {
+    blk.set_micro_batch(1);  // the same dropout masks in every evaluation
+    return (blk.forward(xin).to(at::kDouble) * g.to(at::kDouble)).sum().item<double>();
+  };
+  GradientCheck c;
+  auto xr = x.clone().requires_grad_(true);
+  blk.set_micro_batch(1);
+  (blk.forward(xr) * g).sum().backward();
+  const auto v = at::randn(x.sizes(), at::kFloat);
+  c.input_analytic = (xr.grad().to(at::kDouble) * v.to(at::kDouble)).sum().item<double>();
+  // Central differences; fp32 rounding sets the step (about the cube root of its epsilon).
+  const double eps = 5e-3;
+  {
+    at::NoGradGuard no_grad;
+    c.input_numeric = (loss_at(x + eps * v) - loss_at(x - eps * v)) / (2 * eps);
+    std::vector<at::Tensor> dirs;
+    for (auto& [w, gw] : blk.params_and_grads()) {
+      dirs.push_back(at::randn(w->sizes(), at::kFloat).mul_(w->abs().mean().item<double>() + 1e-2));
+      c.weights_analytic += (gw->to(at::kDouble) * dirs.back().to(at::kDouble)).sum().item<double>();
+    }
+    auto shift = [&](double by) {
+      size_t i = 0;
+      for (auto& [w, gw] : blk.params_and_grads()) w->add_(dirs[i++], by);
+    };
+    shift(eps);
+    const double up = loss_at(x);
+    shift(-2 * eps);
+    const double down = loss_at(x);
+    shift(eps);
+    c.weights_numeric = (up - down) / (2 * eps);
+  }
+  return c;
+}
+
+}  // namespace
+
+double GradientCheck::input_error() const {
+  return std::abs(input_numeric - input_analytic) / std::max(std::abs(input_analytic), 1e-30);
+}
+double GradientCheck::weights_error() const {
+  return std::abs(weights_numeric - weights_analytic) / std::max(std::abs(weights_analytic), 1e-30);
+}
+
+Result<GradientCheck> check_gradients(const BlockRun& r) {
+  MIST_CHECK(check_run(r));
+  if (r.dtype != spec::Dtype::kFp32) return fail("run.dtype", "gradient checks run in fp32");
+  install_tracking_allocator();
+  try {
+    if (r.threads > 0) set_threads(r.threads);
+    return gradient_check(r);
+  } catch (const std::exception& e) {
+    return fail("executor", std::string("LibTorch failed: ") + e.what());
+  }
+}
+
+const char* to_string(CheckpointMode m) {
+  switch (m) {
+    case CheckpointMode::kNone: return "none";
+    case CheckpointMode::kSelective: return "selective";
+    case CheckpointMode::kFull: return "full";
+  }
+  return "?";
+}
+
+bool executor_ready() { return tracking_allocator_installed(); }
+
+Result<BlockMeasurement> measure_block(const BlockRun& r) {
+  MIST_CHECK(check_run(r));
+  install_tracking_allocator();
+  // LibTorch reports failures as exceptions; they stop here.
+  try {
+    if (r.threads > 0) set_threads(r.threads);
+    return measure(r);
+  } catch (const std::exception& e) {
+    ops::set_op_sink(nullptr);
+    return fail("executor", std::string("LibTorch failed: ") + e.what());
+  }
+}
+
+}  // namespace mist::executor

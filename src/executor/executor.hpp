@@ -1,0 +1,96 @@
+// The LibTorch reference executor: runs one transformer block of a model on the CPU, built op for
+// op as mist's lowering describes it (graph/lower.cpp), and measures what mist predicts: model
+// states, the bytes a block saves for backward, the peak of its forward and backward, and the
+// wall time of every op. Memory is exact (a tracking allocator sees every byte).
+//
+// Tensor parallelism is 1 (no collectives on one CPU), hence no sequence parallelism either.
+// Only this header is needed to use the executor; LibTorch stays inside its .cpp files.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/result.hpp"
+#include "spec/model.hpp"
+#include "spec/training.hpp"
+
+namespace mist::executor {
+
+enum class CheckpointMode { kNone, kSelective, kFull };
+const char* to_string(CheckpointMode m);
+
+struct BlockRun {
+  spec::ModelSpec model;  // one block of it runs (num_layers is ignored)
+  int64_t seq_length = 128;
+  int64_t micro_batch = 1;
+  spec::Dtype dtype = spec::Dtype::kFp32;  // fp32 or bf16 (fp16 has no CPU kernels)
+  CheckpointMode checkpoint = CheckpointMode::kNone;
+  bool flash_attention = false;
+  bool dropout = false;
+  int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
+  int timing_reps = 0;    // timed forward+backward repetitions after the step
+  int threads = 0;        // intra-op threads (LibTorch and OpenBLAS); 0 keeps the current setting
+  uint64_t seed = 0;      // weights, input and output gradient are drawn from it
+};
+
+struct OpTime {
+  std::string op;     // the lowering's op name ("attn.qkv"); "block" for the whole block
+  std::string phase;  // "forward", "backward" or "recompute"
+  std::vector<double> seconds;  // one entry per call over the timed repetitions
+};
+
+struct BlockMeasurement {
+  int64_t param_count = 0;
+  int64_t weight_bytes = 0;     // parameters in the training dtype
+  int64_t gradient_bytes = 0;   // fp32 main_grad accumulators
+  int64_t optimizer_bytes = 0;  // AdamW: fp32 master copy (mixed precision), m and v
+  int64_t input_bytes = 0, output_bytes = 0;
+  // Bytes the block keeps from the end of its forward to its backward: live bytes after the
+  // forward minus before, minus the output, plus the input (which the first op saves).
+  int64_t saved_bytes = 0;
+  // Most activation bytes live at once (the input included) during the forward and the backward;
+  // the backward starts with the saved tensors and the output's gradient, the output itself
+  // having been freed (it is the next block's saved input).
+  int64_t forward_peak_bytes = 0;
+  int64_t backward_peak_bytes = 0;
+  int64_t peak_bytes() const { return std::max(forward_peak_bytes, backward_peak_bytes); }
+  // Most bytes held at once in GEMM workspaces, flash-attention tiles and weight-gradient
+  // temporaries, which the counts above leave out (docs/validation.md says why).
+  int64_t scratch_peak_bytes = 0;
+  std::vector<std::string> forward_ops;  // op names in the order the forward ran them
+  // The measured micro-batch op by op (forward, then backward in the order autograd ran it):
+  // live bytes when the op returned and the most while it ran, counted as the peaks above.
+  struct Step {
+    std::string op, phase;
+    int64_t live_bytes = 0, peak_bytes = 0;
+  };
+  std::vector<Step> trace;
+  std::vector<OpTime> times;             // per op and phase, then "block" forward/backward
+  bool step_ok = false;                  // the AdamW step ran and left finite weights
+  // Numerics of the measured micro-batch, to check that runs which must agree do (recompute
+  // modes exactly, flash against non-flash attention closely): sums of squares of the output,
+  // of the input's gradient and of the accumulated weight gradients.
+  double output_sumsq = 0, input_grad_sumsq = 0, weight_grad_sumsq = 0;
+};
+
+// Runs `r.micro_batches` forward/backward passes (gradient accumulation into main_grad), an AdamW
+// step, then `timing_reps` timed passes. Errors: an invalid model or run, or a LibTorch failure.
+Result<BlockMeasurement> measure_block(const BlockRun& r);
+
+// Finite-difference check of the executor's backward (fp32 runs): the directional derivative of
+// L = <block(x), g> along random directions of the input and of all weights, by central
+// differences, against the gradients the backward computes.
+struct GradientCheck {
+  double input_analytic = 0, input_numeric = 0;
+  double weights_analytic = 0, weights_numeric = 0;
+  double input_error() const;    // relative
+  double weights_error() const;  // relative
+};
+Result<GradientCheck> check_gradients(const BlockRun& r);
+
+// True once measure_block has installed the tracking allocator (it must precede every tensor).
+bool executor_ready();
+
+}  // namespace mist::executor

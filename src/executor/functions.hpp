@@ -1,0 +1,75 @@
+// The executor's ops as LibTorch autograd Functions, one per op kind of mist's lowering
+// (graph/lower.cpp), each saving for backward exactly the tensors the lowering says it saves.
+// Parameters never require grad: weight gradients are added into fp32 main_grad tensors inside
+// the backward, as Megatron-LM does with gradient_accumulation_fusion.
+//
+// Activations are taken by value: a caller that moves its last reference in lets the tensor be
+// freed as soon as the op is done with it (mist's liveness frees tensors at their last use).
+//
+// Every call records (op id, phase, seconds) into the sink set with set_op_sink, which gives the
+// per-op times and the order in which ops ran.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace mist::executor::ops {
+
+enum class Phase { kForward, kBackward, kRecompute };
+struct OpSample {
+  int op;
+  Phase phase;
+  double seconds;
+  int64_t live_after = 0;   // live activation bytes when the op returned
+  int64_t peak_inside = 0;  // most live activation bytes while it ran
+};
+// Where op samples go (nullptr: nowhere).
+void set_op_sink(std::vector<OpSample>* sink);
+
+struct LinearParams {
+  at::Tensor w, b;            // w [out, in], b [out] or undefined; training dtype
+  at::Tensor main_w, main_b;  // fp32 gradient accumulators
+};
+struct NormParams {
+  bool layernorm = true;  // false: RMSNorm (no bias)
+  double eps = 1e-5;
+  at::Tensor w, b, main_w, main_b;
+};
+struct AttnDims {
+  int64_t heads = 0, groups = 0, head_dim = 0;  // a, g, h/a
+  double scale = 1.0;                           // 1/sqrt(head_dim)
+};
+
+at::Tensor linear(at::Tensor x, const LinearParams& p, int op);
+at::Tensor norm(at::Tensor x, const NormParams& p, int op);
+at::Tensor add(at::Tensor a, at::Tensor b, int op);
+at::Tensor dropout(at::Tensor x, double p, uint64_t seed, int op);
+at::Tensor gelu(at::Tensor x, int op);
+at::Tensor swiglu(at::Tensor gate_up, int op);
+// q [s, b, a·d] and k [s, b, g·d] (column slices of qkv) -> new contiguous rotated q and k.
+std::pair<at::Tensor, at::Tensor> rotary(at::Tensor q, at::Tensor k, const at::Tensor& cos,
+                                         const at::Tensor& sin, const AttnDims& d, int op);
+std::pair<at::Tensor, at::Tensor> expand_kv(at::Tensor k, at::Tensor v, const AttnDims& d,
+                                            int op);
+// scores [b, a, s, s] = q·kᵀ per head (unscaled; the softmax applies the scale, as Megatron's fused
+// scale-mask-softmax does); k has a heads here (expanded under GQA).
+at::Tensor qk(at::Tensor q, at::Tensor k, const AttnDims& d, int op);
+at::Tensor causal_softmax(at::Tensor scores, const AttnDims& d, int op);
+// context [s, b, a·d] = p·v per head.
+at::Tensor pv(at::Tensor p, at::Tensor v, const AttnDims& d, int op);
+// Flash attention: saves q, k, v, the output and the fp32 log-sum-exp [b, a, s]; scores exist only
+// as tiles (workspace), recomputed in backward.
+at::Tensor flash_attention(at::Tensor q, at::Tensor k, at::Tensor v,
+                           const AttnDims& d, int op);
+
+// Activation checkpointing as Megatron's CheckpointFunction: runs `region` without keeping its
+// intermediates, saves only `inputs`, and in backward re-runs it with grad and back-propagates
+// through the recomputed graph.
+using Region = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+std::vector<at::Tensor> checkpoint(const Region& region, std::vector<at::Tensor> inputs);
+
+}  // namespace mist::executor::ops
