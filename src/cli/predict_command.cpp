@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
 #include "cli/pipeline_job.hpp"
+#include "export/megatron.hpp"
 #include "cli/report.hpp"
 
 namespace mist::cli {
@@ -16,12 +17,32 @@ namespace {
 
 struct PredictArgs {
   JobArgs job;
+  std::string from_megatron;  // Megatron-LM flags instead of a plan file
   bool json = false;
   bool simulate = false;
 };
 
+// The job of `predict`/`explain`: from a plan file, or from an existing Megatron-LM command line
+// (the training settings its flags state replace the training file's).
+Result<Job> load_predict_job(const PredictArgs& a, std::vector<std::string>& notes) {
+  if (a.job.plan.empty() == a.from_megatron.empty())
+    return fail("--plan", "give either --plan FILE or --from-megatron \"FLAGS\", not both or neither");
+  if (!a.from_megatron.empty()) {
+    JobArgs ja = a.job;
+    ja.plan.clear();
+    MIST_TRY(Job job, load_job(ja));
+    MIST_TRY(auto imported, engines::import_megatron_flags(a.from_megatron, job.model, job.cluster));
+    job.plan = imported.plan;
+    job.training = imported.training.applied_to(job.training);
+    notes = imported.notes;
+    return job;
+  }
+  return load_job(a.job);
+}
+
 int predict(const PredictArgs& a, bool explain, std::string& out, std::string& err) {
-  auto job = load_job(a.job);
+  std::vector<std::string> notes;
+  auto job = load_predict_job(a, notes);
   if (!job) {
     err = "mist: invalid input: " + job.error().to_string() + "\n";
     return kExitInvalidInput;
@@ -43,6 +64,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   }
   if (a.json) {
     Json j = prediction_json(*job, *pred);
+    if (!notes.empty()) j["import_notes"] = notes;
     if (simulated) {
       j["closed_form_iteration_time_s"] = pred->time.iteration_time_s;
       j["iteration_time_s"] = simulated->makespan;
@@ -55,6 +77,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
     out = j.dump(2) + "\n";
   } else {
     out = explain ? explanation_text(*job, *pred) : prediction_text(*job, *pred);
+    for (const auto& n : notes) out += "note (from the Megatron flags): " + n + "\n";
     if (simulated)
       out += fmt::format("simulated iteration (1F1B event simulation): {} (closed form {}, {:+.2f}%)\n",
                          format_seconds(simulated->makespan), format_seconds(pred->time.iteration_time_s),
@@ -67,13 +90,18 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
 
 std::vector<Command> add_predict_commands(CLI::App& app) {
   auto pa = std::make_shared<PredictArgs>(), ea = std::make_shared<PredictArgs>();
-  auto* p = app.add_subcommand("predict", "predict per-stage memory of a plan (and whether it fits)");
-  add_job_options(p, pa->job);
+  auto* p = app.add_subcommand("predict", "predict per-stage memory and iteration time of a plan");
+  add_job_options(p, pa->job, /*with_plan=*/false);
+  p->add_option("--plan", pa->job.plan, "plan JSON file: dp, tp, pp, micro_batch_size, grad_accum_steps, stages, ...");
+  p->add_option("--from-megatron", pa->from_megatron,
+                "an existing Megatron-LM command line (its parallel, batch and recompute flags) instead of --plan");
   p->add_flag("--json", pa->json, "print one JSON object instead of a table");
   p->add_flag("--simulate", pa->simulate,
               "take the iteration time from the event simulation of the pipeline instead of the closed form");
-  auto* e = app.add_subcommand("explain", "show every memory term of every stage: its formula and value");
-  add_job_options(e, ea->job);
+  auto* e = app.add_subcommand("explain", "show every memory and time term of every stage: formula and value");
+  add_job_options(e, ea->job, /*with_plan=*/false);
+  e->add_option("--plan", ea->job.plan, "plan JSON file");
+  e->add_option("--from-megatron", ea->from_megatron, "an existing Megatron-LM command line instead of --plan");
   e->add_flag("--json", ea->json, "print the prediction as JSON (same as predict --json)");
   return {{p, [pa](std::string& out, std::string& err) { return predict(*pa, false, out, err); }},
           {e, [ea](std::string& out, std::string& err) { return predict(*ea, true, out, err); }}};

@@ -85,6 +85,32 @@ TEST(Cli, PredictSimulateReportsBothTimes) {
   EXPECT_NEAR(j["tokens_per_s"].get<double>() * sim, 512.0 * 2048, 1e-6 * 512 * 2048);
 }
 
+// "How does my current run do?": a Megatron-LM command line instead of a plan file.
+TEST(Cli, PredictFromMegatronFlags) {
+  const std::string flags =
+      "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --micro-batch-size 2 "
+      "--global-batch-size 512 --sequence-parallel --use-distributed-optimizer --bf16 --seq-length 2048";
+  auto o = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
+                 kExamples + "training_gpt.json", "--from-megatron", flags, "--json"});
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["plan"]["tp"], 4);
+  EXPECT_EQ(j["plan"]["pp"], 2);
+  EXPECT_EQ(j["plan"]["dp"], 2);
+  EXPECT_EQ(j["plan"]["grad_accum_steps"], 128);
+  EXPECT_EQ(j["plan"]["stages"][0]["zero"], 1);
+  // Neither or both of --plan and --from-megatron is a usage error.
+  auto both = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
+                    kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json", "--from-megatron",
+                    flags});
+  EXPECT_EQ(both.code, kExitInvalidInput);
+  EXPECT_NE(both.err.find("--plan"), std::string::npos);
+  auto bad = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
+                   kExamples + "training_gpt.json", "--from-megatron", "--tensor-model-parallel-size 3"});
+  EXPECT_EQ(bad.code, kExitInvalidInput);
+  EXPECT_NE(bad.err.find("--tensor-model-parallel-size"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, ExplainShowsFormulas) {
   auto o = mist(example_job("explain"));
   ASSERT_EQ(o.code, kExitOk) << o.err;
