@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the results table of docs/validation.md from `mist validate --json`: per block, the saved
+"""Prints the results table of docs/validation.md from `mist validate --json`: per layer, the saved
 activations and the peak, predicted against measured, and the known gap that explains a peak.
 Usage: tools/validation_table.py [build/mist | validate.json]  (standard library only)."""
 import json, subprocess, sys
@@ -12,7 +12,7 @@ else:
     report = json.loads(run.stdout)
 
 MiB = 1024.0 * 1024.0
-print("| block | saved predicted / measured (MiB) | error | peak predicted / measured (MiB) | error | known gap |")
+print("| layer | saved predicted / measured (MiB) | error | peak predicted / measured (MiB) | error | known gap |")
 print("|---|---|---|---|---|---|")
 for c in report["cases"]:
     t = c["terms"]
@@ -23,7 +23,7 @@ for c in report["cases"]:
           f"{100 * s['error']:+.2f}% | {p['predicted_bytes'] / MiB:.3f} / {p['measured_bytes'] / MiB:.3f} | "
           f"{100 * p['error']:+.2f}% | {gap_text} |")
 print()
-print("| term | bound | blocks | max abs error | median abs error | beyond the bound, explained | status |")
+print("| term | bound | layers | max abs error | median abs error | beyond the bound, explained | status |")
 print("|---|---|---|---|---|---|---|")
 for s in report["summary"]:
     bound = "reported" if s["bound"] < 0 else ("exact" if s["bound"] == 0 else f"±{100 * s['bound']:g}%")

@@ -1,4 +1,4 @@
-// `mist validate`: measures a sweep of transformer blocks on this machine's CPU with the LibTorch
+// `mist validate`: measures a sweep of transformer layers on this machine's CPU with the LibTorch
 // executor and compares mist's memory predictions with the measurements (docs/validation.md).
 #include <cmath>
 #include <cstdio>
@@ -58,7 +58,7 @@ std::string text(const executor::ValidationReport& r) {
     }
     out += "\n";
   }
-  out += fmt::format("summary over {} blocks measured on this CPU\n", r.cases.size());
+  out += fmt::format("summary over {} layers measured on this CPU\n", r.cases.size());
   out += fmt::format("  {:<18} {:>9} {:>10} {:>10}  {}\n", "term", "bound", "max |err|", "median", "status");
   for (const auto& s : r.summary) {
     std::string status = s.bound < 0 ? "-" : s.ok ? "ok" : "FAIL";
@@ -141,8 +141,8 @@ int validate(const ValidateArgs& a, std::string& out, std::string& err) {
 std::vector<Command> add_validate_command(CLI::App& app) {
   auto a = std::make_shared<ValidateArgs>();
   auto* v = app.add_subcommand("validate",
-                               "measure transformer blocks on this CPU (LibTorch) and compare with mist's memory model");
-  v->add_flag("--quick", a->quick, "a small sweep (6 blocks, seconds) instead of the full one (36 blocks, minutes)");
+                               "measure transformer layers on this CPU (LibTorch) and compare with mist's memory model");
+  v->add_flag("--quick", a->quick, "a small sweep (8 layers, seconds) instead of the full one (41 layers, minutes)");
   v->add_flag("--json", a->json, "print one JSON object instead of tables");
   v->add_flag("--strict", a->strict, "fail also where a known gap of the model explains an error (docs/validation.md)");
   v->add_flag("--verbose", a->verbose, "print each block's result to stderr as it is measured");

@@ -4,12 +4,13 @@
 #include <cmath>
 #include <dlfcn.h>
 #include <map>
+#include <memory>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "executor/block.hpp"
+#include "executor/layers.hpp"
 #include "executor/functions.hpp"
 #include "executor/tracking_allocator.hpp"
 
@@ -37,6 +38,30 @@ void set_threads(int n) {
   if (auto* f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
 }
 
+std::unique_ptr<LayerBase> make_layer(const BlockRun& r, at::ScalarType dtype) {
+  switch (r.layer) {
+    case graph::LayerKind::kEmbedding: return std::make_unique<Embedding>(r, dtype);
+    case graph::LayerKind::kHead: return std::make_unique<Head>(r, dtype);
+    case graph::LayerKind::kBlock: break;
+  }
+  return std::make_unique<Block>(r, dtype);
+}
+
+// The layer's input (token ids for the embedding, activations otherwise) and the gradient of its
+// output (fp32 per-token loss gradients for the head).
+std::pair<at::Tensor, at::Tensor> inputs(const BlockRun& r, at::ScalarType dtype) {
+  const int64_t s = r.seq_length, b = r.micro_batch, h = r.model.hidden_size;
+  auto act = [&] { return at::randn({s, b, h}, at::kFloat).to(dtype); };
+  switch (r.layer) {
+    case graph::LayerKind::kEmbedding:
+      return {at::randint(r.model.vocab_size, {s, b}, at::kLong), act().mul_(1e-2)};
+    case graph::LayerKind::kHead:
+      return {act().requires_grad_(true), at::full({s, b}, 1.0 / static_cast<double>(s * b), at::kFloat)};
+    case graph::LayerKind::kBlock: break;
+  }
+  return {act().requires_grad_(true), act().mul_(1e-2)};
+}
+
 Result<void> check_run(const BlockRun& r) {
   MIST_CHECK(spec::validate_model(r.model, "model"));
   const auto& m = r.model;
@@ -44,6 +69,11 @@ Result<void> check_run(const BlockRun& r) {
     return fail("run.dtype", "the CPU executor runs fp32 or bf16 (LibTorch 1.13 has no fp16 CPU matmul)");
   if (r.seq_length < 1 || r.micro_batch < 1) return fail("run", "seq_length and micro_batch must be >= 1");
   if (r.micro_batches < 1) return fail("run.micro_batches", "must be >= 1");
+  if (r.layer != graph::LayerKind::kBlock && r.checkpoint != CheckpointMode::kNone)
+    return fail("run.checkpoint", "only blocks are checkpointed");
+  if (r.layer == graph::LayerKind::kEmbedding && m.positions == spec::Positions::kLearned &&
+      r.seq_length > m.max_position_embeddings)
+    return fail("run.seq_length", "exceeds the model's learned positions");
   if (m.positions == spec::Positions::kRotary && m.head_dim() % 2 != 0)
     return fail("model.hidden_size", "rotary embeddings need an even head dimension");
   return {};
@@ -62,10 +92,10 @@ double sumsq(const at::Tensor& t) {
 }
 
 // One micro-batch; byte counts are relative to the live bytes before it, plus the input.
-Pass run_pass(Block& blk, at::Tensor& x, const at::Tensor& grad_source) {
+Pass run_pass(LayerBase& blk, at::Tensor& x, const at::Tensor& grad_source) {
   using clock = std::chrono::steady_clock;
   Pass p;
-  x.mutable_grad().reset();  // the input's gradient is handed upstream, not kept
+  if (x.requires_grad()) x.mutable_grad().reset();  // the input's gradient is handed upstream
   const int64_t x_bytes = static_cast<int64_t>(x.nbytes());
   const int64_t base = live();
   p.base = base - x_bytes;
@@ -92,7 +122,7 @@ Pass run_pass(Block& blk, at::Tensor& x, const at::Tensor& grad_source) {
   p.bwd_s = std::chrono::duration<double>(clock::now() - t0).count();
   p.bwd_peak = peak_activation_bytes() - base + x_bytes - bookkeeping;
   p.scratch_peak = std::max(scratch, peak_scratch_bytes());
-  p.input_grad_sumsq = sumsq(x.grad());
+  if (x.requires_grad()) p.input_grad_sumsq = sumsq(x.grad());
   return p;
 }
 
@@ -101,7 +131,8 @@ Result<BlockMeasurement> measure(const BlockRun& r) {
   const auto& m = r.model;
   BlockMeasurement M;
   at::manual_seed(r.seed);
-  Block blk(r, dtype);
+  auto layer = make_layer(r, dtype);
+  auto& blk = *layer;
   int64_t l = live();
   blk.init_params();
   M.weight_bytes = live() - l;
@@ -113,9 +144,9 @@ Result<BlockMeasurement> measure(const BlockRun& r) {
   blk.init_optimizer();
   M.optimizer_bytes = live() - l;
 
-  auto x = at::randn({r.seq_length, r.micro_batch, m.hidden_size}, at::kFloat).to(dtype).requires_grad_(true);
-  const auto grad_source = at::randn({r.seq_length, r.micro_batch, m.hidden_size}, at::kFloat).mul_(1e-2).to(dtype);
-  M.input_bytes = M.output_bytes = static_cast<int64_t>(x.nbytes());
+  auto [x, grad_source] = inputs(r, dtype);
+  M.input_bytes = static_cast<int64_t>(x.nbytes());
+  M.output_bytes = static_cast<int64_t>(grad_source.nbytes());
 
   // Gradient accumulation: the first micro-batches warm up LibTorch's lazy state (oneDNN
   // primitive caches); the last one is measured and records the op order.
@@ -171,11 +202,13 @@ Result<BlockMeasurement> measure(const BlockRun& r) {
 
 Result<GradientCheck> gradient_check(const BlockRun& r) {
   at::manual_seed(r.seed);
-  Block blk(r, at::kFloat);
+  auto layer = make_layer(r, at::kFloat);
+  auto& blk = *layer;
   blk.init_params();
   blk.init_main_grads();
-  auto x = at::randn({r.seq_length, r.micro_batch, r.model.hidden_size}, at::kFloat);
-  const auto g = at::randn(x.sizes(), at::kFloat);
+  auto [x, g] = inputs(r, at::kFloat);
+  x = x.detach();
+  g = at::randn(g.sizes(), at::kFloat);
   auto loss_at = [&](const at::Tensor& xin) {
     blk.set_micro_batch(1);  // the same dropout masks in every evaluation
     return (blk.forward(xin).to(at::kDouble) * g.to(at::kDouble)).sum().item<double>();
@@ -222,6 +255,7 @@ double GradientCheck::weights_error() const {
 Result<GradientCheck> check_gradients(const BlockRun& r) {
   MIST_CHECK(check_run(r));
   if (r.dtype != spec::Dtype::kFp32) return fail("run.dtype", "gradient checks run in fp32");
+  if (r.layer == graph::LayerKind::kEmbedding) return fail("run.layer", "token ids have no gradient to check");
   install_tracking_allocator();
   try {
     if (r.threads > 0) set_threads(r.threads);

@@ -1,7 +1,8 @@
-// The LibTorch reference executor: runs one transformer block of a model on the CPU, built op for
-// op as mist's lowering describes it (graph/lower.cpp), and measures what mist predicts: model
-// states, the bytes a block saves for backward, the peak of its forward and backward, and the
-// wall time of every op. Memory is exact (a tracking allocator sees every byte).
+// The LibTorch reference executor: runs one layer of a model (a transformer block, the embedding
+// or the head) on the CPU, built op for op as mist's lowering describes it (graph/lower.cpp), and
+// measures what mist predicts: model states, the bytes the layer saves for backward, the peak of
+// its forward and backward, and the wall time of every op. Memory is exact (a tracking allocator
+// sees every byte).
 //
 // Tensor parallelism is 1 (no collectives on one CPU), hence no sequence parallelism either.
 // Only this header is needed to use the executor; LibTorch stays inside its .cpp files.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/result.hpp"
+#include "graph/layer.hpp"
 #include "spec/model.hpp"
 #include "spec/training.hpp"
 
@@ -22,11 +24,12 @@ enum class CheckpointMode { kNone, kSelective, kFull };
 const char* to_string(CheckpointMode m);
 
 struct BlockRun {
-  spec::ModelSpec model;  // one block of it runs (num_layers is ignored)
+  spec::ModelSpec model;  // one layer of it runs (num_layers is ignored)
+  graph::LayerKind layer = graph::LayerKind::kBlock;  // or the embedding, or the head
   int64_t seq_length = 128;
   int64_t micro_batch = 1;
   spec::Dtype dtype = spec::Dtype::kFp32;  // fp32 or bf16 (fp16 has no CPU kernels)
-  CheckpointMode checkpoint = CheckpointMode::kNone;
+  CheckpointMode checkpoint = CheckpointMode::kNone;  // blocks only
   bool flash_attention = false;
   bool dropout = false;
   int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
@@ -75,7 +78,7 @@ struct BlockMeasurement {
   double output_sumsq = 0, input_grad_sumsq = 0, weight_grad_sumsq = 0;
 };
 
-// Runs `r.micro_batches` forward/backward passes (gradient accumulation into main_grad), an AdamW
+// Runs `r.micro_batches` forward/backward passes of the layer (gradient accumulation into main_grad), an AdamW
 // step, then `timing_reps` timed passes. Errors: an invalid model or run, or a LibTorch failure.
 Result<BlockMeasurement> measure_block(const BlockRun& r);
 

@@ -66,6 +66,21 @@ at::Tensor pv(at::Tensor p, at::Tensor v, const AttnDims& d, int op);
 at::Tensor flash_attention(at::Tensor q, at::Tensor k, at::Tensor v,
                            const AttnDims& d, int op);
 
+// Embedding and head ops (embedding_head.cpp).
+// Vocab lookup of tokens [s, b] in table.w [V, h]: saves the token ids; the table's gradient is
+// added into table.main_w. table.w must require grad (the op's only differentiable input) and
+// its .grad stays empty.
+at::Tensor embedding(at::Tensor tokens, const LinearParams& table, int op);
+// e + positions.w[0..s) (learned positions): saves nothing; e's gradient is the output's.
+at::Tensor add_positions(at::Tensor e, const LinearParams& positions, int op);
+// The logits in fp32 for the loss (Megatron computes the cross entropy in fp32): saves nothing.
+at::Tensor to_fp32(at::Tensor x, int op);
+// Megatron's vocab-parallel cross entropy (t = 1) of fp32 logits [s, b, V] against labels [s, b]:
+// exponentiates the logits in place and keeps them with the target mask (1 byte) and the
+// masked target ids (8 bytes); its backward turns them into the gradient in place. Returns the
+// per-token loss [s, b] (fp32).
+at::Tensor cross_entropy(at::Tensor logits, const at::Tensor& labels, int op);
+
 // Activation checkpointing as Megatron's CheckpointFunction: runs `region` without keeping its
 // intermediates, saves only `inputs`, and in backward re-runs it with grad and back-propagates
 // through the recomputed graph.

@@ -76,6 +76,20 @@ ValidationCase make(spec::ModelSpec m, int64_t s, int64_t b, Dtype dt, CM ck, bo
   return c;
 }
 
+// The embedding or the head of a model, untied (each layer owns its table, as the lowering
+// counts it with one pipeline stage per layer).
+ValidationCase layer_case(graph::LayerKind kind, spec::ModelSpec m, int64_t V, int64_t s, int64_t b, Dtype dt,
+                          bool dropout = false) {
+  m.vocab_size = V;
+  m.tie_word_embeddings = false;
+  auto c = make(std::move(m), s, b, dt, CM::kNone, false, dropout);
+  c.run.layer = kind;
+  const auto& mm = c.run.model;
+  c.name = fmt::format("{}-{}-h{}-V{}-s{}-b{}-{}{}", kind == graph::LayerKind::kHead ? "head" : "embedding",
+                       mm.family, mm.hidden_size, V, s, b, spec::to_string(dt), dropout ? "-dropout" : "");
+  return c;
+}
+
 spec::ClusterSpec cpu_cluster() {
   // This machine as a one-device "cluster"; only the block terms are compared, so the device's
   // figures matter only for precision checks (bf16 runs on the CPU).
@@ -149,6 +163,7 @@ void explain_gaps(const BlockRun& r, const BlockMeasurement& m, const BlockPredi
 std::vector<ValidationCase> validation_sweep(bool quick) {
   const Dtype F = Dtype::kFp32, B = Dtype::kBf16;
   const CM N = CM::kNone, S = CM::kSelective, U = CM::kFull;
+  const auto E = graph::LayerKind::kEmbedding, H = graph::LayerKind::kHead;
   if (quick)
     return {
         make(gpt(256, 4), 128, 2, F, N, false, true),
@@ -157,6 +172,8 @@ std::vector<ValidationCase> validation_sweep(bool quick) {
         make(llama(256, 4, 4, 688), 256, 1, F, U, true),
         make(falcon(256, 4, 1, 1), 128, 2, B, N, true),
         make(falcon(256, 8, 2, 2), 128, 1, F, S, false),
+        layer_case(E, gpt(256, 4), 2048, 128, 2, F, true),
+        layer_case(H, llama(256, 4, 4, 688), 2048, 128, 2, B),
     };
   return {
       // GPT
@@ -198,6 +215,12 @@ std::vector<ValidationCase> validation_sweep(bool quick) {
       make(falcon(2048, 32, 32, 2), 128, 1, F, U, false),
       make(falcon(256, 8, 8, 2), 2048, 1, B, N, true),
       make(falcon(768, 12, 12, 1), 384, 8, F, N, false),
+      // Embedding and head
+      layer_case(E, gpt(512, 8), 8192, 256, 2, F, true),
+      layer_case(E, llama(1024, 16, 4, 2816), 8192, 512, 1, B),
+      layer_case(H, gpt(512, 8), 8192, 256, 2, B),
+      layer_case(H, llama(1024, 16, 4, 2816), 8192, 512, 1, F),
+      layer_case(H, falcon(256, 4, 1, 1), 4096, 128, 4, B),
   };
 }
 
@@ -213,12 +236,15 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   const auto& st = pred.stages.at(0);
   BlockPrediction out;
   out.saved = r.checkpoint == CM::kFull ? st.block_activation_bytes_recomputed : st.block_activation_bytes;
-  double P_blk = 0;
+  const char* P_name = r.layer == graph::LayerKind::kBlock       ? "P_blk"
+                       : r.layer == graph::LayerKind::kEmbedding ? "P_emb"
+                                                                 : "P_head";
+  double P = 0;
   for (const auto& q : st.quantities)
-    if (q.name == "P_blk") P_blk = q.bytes;
-  out.weights = spec::dtype_bytes(t.precision) * P_blk;
-  out.gradients = spec::dtype_bytes(t.grad_dtype) * P_blk;
-  out.optimizer_states = analysis::optimizer_bytes_per_param(t) * P_blk;
+    if (q.name == P_name) P = q.bytes;
+  out.weights = spec::dtype_bytes(t.precision) * P;
+  out.gradients = spec::dtype_bytes(t.grad_dtype) * P;
+  out.optimizer_states = analysis::optimizer_bytes_per_param(t) * P;
 
   // The peak of one block alone: a one-block stage without embedding or head, one micro-batch.
   const auto lm = graph::lower(m, r.seq_length, graph::lowering_options(t, false));
@@ -235,6 +261,16 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
     if (!v) return fail(std::string("prediction.") + what, v.error().to_string());
     return *v;
   };
+  if (r.layer != graph::LayerKind::kBlock) {
+    // The embedding's and the head's share of the memory model: A + X = max(forward, backward)
+    // peak of the layer (X_emb, X_head in analysis/memory_model.cpp).
+    const auto& a = r.layer == graph::LayerKind::kHead ? M.head : M.embedding;
+    MIST_TRY(out.saved, eval(a.saved, "saved"));
+    MIST_TRY(out.peak, eval(sym::max(a.fwd_peak, a.bwd_peak), "peak"));
+    MIST_TRY(out.forward_peak, eval(a.input + a.fwd_peak, "forward_peak"));
+    MIST_TRY(out.backward_peak, eval(a.bwd_peak, "backward_peak"));
+    return out;
+  }
   for (const auto& term : M.terms)
     if (term.name == "activations" || term.name == "activation_transient") {
       MIST_TRY(double v, eval(term.formula, term.name.c_str()));

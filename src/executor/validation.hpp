@@ -1,5 +1,6 @@
-// `mist validate`: runs a sweep of blocks on the executor and compares what it measures with what
-// mist's memory model predicts for the same block on the CPU (t = 1, one micro-batch).
+// `mist validate`: runs a sweep of layers (blocks, embeddings, heads) on the executor and compares
+// what it measures with what mist's memory model predicts for the same layer on the CPU (t = 1,
+// one micro-batch).
 //
 // Terms and bounds (docs/validation.md): weights, gradients and optimizer_states must match
 // exactly; saved (the activations a block keeps for backward, selective- and full-recompute
@@ -21,13 +22,14 @@ struct ValidationCase {
   BlockRun run;
 };
 // The full sweep (36 blocks: GPT, Llama, Falcon; h 256..2048, s 128..2048, b 1..8, 4..32 heads,
-// GQA/MQA, no/selective/full recompute, fp32/bf16, with and without flash attention and dropout),
-// or a small one for CI.
+// GQA/MQA, no/selective/full recompute, fp32/bf16, with and without flash attention and dropout;
+// then 2 embeddings and 3 heads), or a small one for CI (6 blocks, an embedding, a head).
 std::vector<ValidationCase> validation_sweep(bool quick);
 
 struct BlockPrediction {
   double saved = 0;  // block_activation_bytes, or block_activation_bytes_recomputed under full
-  double peak = 0;   // activations + activation_transient of a one-block stage
+  double peak = 0;   // activations + activation_transient of a one-block stage; for the
+                     // embedding and head their share, max(forward, backward peak)
   double forward_peak = 0, backward_peak = 0;  // liveness: A_in + forward peak, backward peak
   double weights = 0, gradients = 0, optimizer_states = 0;
 };

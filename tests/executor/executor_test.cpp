@@ -50,8 +50,20 @@ BlockRun run(spec::ModelSpec m, int64_t s, int64_t b, Dtype dt, CM ck, bool flas
   return r;
 }
 
+BlockRun layer(graph::LayerKind kind, spec::ModelSpec m, Dtype dt, bool dropout = false) {
+  m.tie_word_embeddings = false;
+  auto r = run(std::move(m), 64, 2, dt, CM::kNone, false, dropout);
+  r.layer = kind;
+  return r;
+}
+
 std::vector<BlockRun> small_runs() {
-  return {run(model("gpt", 128, 4, 4), 64, 2, Dtype::kFp32, CM::kNone, false, true),
+  const auto E = graph::LayerKind::kEmbedding, H = graph::LayerKind::kHead;
+  return {layer(E, model("gpt", 128, 4, 4), Dtype::kBf16, true),
+          layer(E, model("llama", 128, 4, 2), Dtype::kFp32),
+          layer(H, model("gpt", 128, 4, 4), Dtype::kBf16),
+          layer(H, model("llama", 128, 4, 2), Dtype::kFp32),
+          run(model("gpt", 128, 4, 4), 64, 2, Dtype::kFp32, CM::kNone, false, true),
           run(model("gpt", 128, 4, 4), 64, 1, Dtype::kBf16, CM::kSelective, false, true),
           run(model("llama", 128, 4, 2), 64, 2, Dtype::kBf16, CM::kNone, false),
           run(model("llama", 128, 8, 2), 96, 1, Dtype::kFp32, CM::kSelective, true),
@@ -66,10 +78,15 @@ TEST(Executor, RunsTheOpsOfTheLoweringInItsOrder) {
     graph::LoweringOptions o;
     o.flash_attention = r.flash_attention;
     o.dropout = r.dropout;
+    o.act_bytes = spec::dtype_bytes(r.dtype);
+    const auto lm = graph::lower(r.model, r.seq_length, o);
+    const auto& L = r.layer == graph::LayerKind::kBlock ? lm.block
+                    : r.layer == graph::LayerKind::kHead ? lm.head
+                                                         : lm.embedding;
     std::vector<std::string> expected;
-    for (const auto& op : graph::lower(r.model, r.seq_length, o).block.ops)
+    for (const auto& op : L.ops)
       if (op.kind != "view") expected.push_back(op.name);  // torch.split makes views, not an op
-    EXPECT_EQ(m->forward_ops, expected) << r.model.family;
+    EXPECT_EQ(m->forward_ops, expected) << r.model.family << " " << L.name;
   }
 }
 
@@ -78,7 +95,8 @@ TEST(Executor, SavedBytesPeaksAndModelStatesMatchMistExactly) {
     auto m = measure_block(r);
     auto p = predict_block(r);
     ASSERT_TRUE(m && p);
-    const std::string what = std::string(r.model.family) + " " + to_string(r.checkpoint);
+    const std::string what = std::string(r.model.family) + " " + to_string(r.checkpoint) + " layer " +
+                             std::to_string(static_cast<int>(r.layer));
     EXPECT_EQ(m->weight_bytes, p->weights) << what;
     EXPECT_EQ(m->gradient_bytes, p->gradients) << what;
     EXPECT_EQ(m->optimizer_bytes, p->optimizer_states) << what;
@@ -136,6 +154,14 @@ TEST(Executor, GradientsMatchFiniteDifferences) {
                    !flash);
       auto c = check_gradients(r);
       ASSERT_TRUE(c) << c.error().to_string();
+      if (flash) {  // the head too (final norm, LM head, cross entropy)
+        auto h = r;
+        h.layer = graph::LayerKind::kHead;
+        auto ch = check_gradients(h);
+        ASSERT_TRUE(ch) << ch.error().to_string();
+        EXPECT_LT(ch->input_error(), 2e-2) << fam << " head";
+        EXPECT_LT(ch->weights_error(), 2e-2) << fam << " head";
+      }
       EXPECT_LT(c->input_error(), 2e-2) << fam << " flash " << flash << ": " << c->input_numeric << " vs "
                                         << c->input_analytic;
       EXPECT_LT(c->weights_error(), 2e-2) << fam << " flash " << flash << ": " << c->weights_numeric << " vs "

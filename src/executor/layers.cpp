@@ -1,4 +1,4 @@
-#include "executor/block.hpp"
+#include "executor/layers.hpp"
 
 #include <cmath>
 
@@ -11,7 +11,7 @@ constexpr double kDropoutP = 0.1;
 constexpr double kRopeBase = 10000.0;
 }  // namespace
 
-Block::Block(const BlockRun& r, at::ScalarType dtype) : run_(r), dtype_(dtype) {
+Block::Block(const BlockRun& r, at::ScalarType dtype) : LayerBase(r, dtype) {
   const auto& m = r.model;
   dims_.heads = m.num_heads;
   dims_.groups = m.num_kv_heads;
@@ -33,21 +33,21 @@ Block::Block(const BlockRun& r, at::ScalarType dtype) : run_(r), dtype_(dtype) {
   };
 }
 
-int Block::id(const std::string& name) {
+int LayerBase::id(const std::string& name) {
   for (size_t i = 0; i < names_.size(); ++i)
     if (names_[i] == name) return static_cast<int>(i);
   names_.push_back(name);
   return static_cast<int>(names_.size()) - 1;
 }
 
-ops::LinearParams Block::linear_params(int64_t in, int64_t out, bool bias) {
+ops::LinearParams LayerBase::linear_params(int64_t in, int64_t out, bool bias) {
   ops::LinearParams p;
   p.w = at::randn({out, in}, at::kFloat).mul_(0.02).to(dtype_);
   if (bias) p.b = at::zeros({out}, dtype_);
   return p;
 }
 
-ops::NormParams Block::norm_params() {
+ops::NormParams LayerBase::norm_params() {
   ops::NormParams p;
   p.layernorm = run_.model.norm == spec::Norm::kLayerNorm;
   p.w = at::ones({run_.model.hidden_size}, dtype_);
@@ -82,17 +82,17 @@ std::vector<std::pair<at::Tensor*, at::Tensor*>> Block::params_and_grads() {
   return v;
 }
 
-int64_t Block::param_count() const {
+int64_t LayerBase::param_count() {
   int64_t n = 0;
-  for (auto& [p, g] : const_cast<Block*>(this)->params_and_grads()) n += p->numel();
+  for (auto& [p, g] : params_and_grads()) n += p->numel();
   return n;
 }
 
-void Block::init_main_grads() {
+void LayerBase::init_main_grads() {
   for (auto& [p, g] : params_and_grads()) *g = at::zeros(p->sizes(), at::kFloat);
 }
 
-void Block::init_optimizer() {
+void LayerBase::init_optimizer() {
   for (auto& [p, g] : params_and_grads()) {
     // Mixed precision keeps an fp32 master copy; fp32 training updates the weight itself.
     if (dtype_ != at::kFloat) master_.push_back(p->to(at::kFloat));
@@ -101,8 +101,9 @@ void Block::init_optimizer() {
   }
 }
 
-void Block::adamw_step(double lr) {
+void LayerBase::adamw_step(double lr) {
   constexpr double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  at::NoGradGuard no_grad;  // the embedding table requires grad (see Embedding::init_params)
   ++step_;
   const double c1 = 1 - std::pow(b1, step_), c2 = 1 - std::pow(b2, step_);
   size_t i = 0;
@@ -118,13 +119,13 @@ void Block::adamw_step(double lr) {
   }
 }
 
-bool Block::weights_finite() const {
-  for (auto& [p, g] : const_cast<Block*>(this)->params_and_grads())
+bool LayerBase::weights_finite() {
+  for (auto& [p, g] : params_and_grads())
     if (!at::isfinite(*p).all().item<bool>()) return false;
   return true;
 }
 
-at::Tensor Block::maybe_dropout(at::Tensor x, const char* name) {
+at::Tensor LayerBase::maybe_dropout(at::Tensor x, const char* name) {
   if (!run_.dropout) return x;
   const int op = id(name);
   // The seed depends on the micro-batch and the op only, so a recomputation draws the same mask.

@@ -1,0 +1,103 @@
+// The layers of mist's lowering (graph/lower.cpp) as the executor runs them: same ops, same
+// names, same saved tensors. Checkpointing wraps a block's attention core (selective) or the
+// whole block (full) in ops::checkpoint.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "executor/executor.hpp"
+#include "executor/functions.hpp"
+
+namespace mist::executor {
+
+// What every executed layer shares: op names, parameters with their fp32 gradient accumulators,
+// the AdamW state and step.
+class LayerBase {
+ public:
+  LayerBase(const BlockRun& r, at::ScalarType dtype) : run_(r), dtype_(dtype) {}
+  virtual ~LayerBase() = default;
+  virtual void init_params() = 0;                        // weights in the training dtype
+  virtual at::Tensor forward(const at::Tensor& x) = 0;  // with the run's checkpointing
+  // Each parameter with its fp32 gradient accumulator.
+  virtual std::vector<std::pair<at::Tensor*, at::Tensor*>> params_and_grads() = 0;
+
+  void init_main_grads();  // fp32 gradient accumulators, zeroed
+  void init_optimizer();   // AdamW state: fp32 master (mixed precision only), m, v
+  void adamw_step(double lr);
+  bool weights_finite();
+  int64_t param_count();
+  const std::vector<std::string>& op_names() const { return names_; }
+  // The next forward counts as micro-batch n (dropout masks depend on it).
+  void set_micro_batch(int64_t n) { micro_batch_ = n - 1; }
+
+ protected:
+  int id(const std::string& name);
+  ops::LinearParams linear_params(int64_t in, int64_t out, bool bias);
+  ops::NormParams norm_params();
+  at::Tensor maybe_dropout(at::Tensor x, const char* name);
+
+  BlockRun run_;
+  at::ScalarType dtype_;
+  int64_t micro_batch_ = 0;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+// The transformer block (graph/lower.cpp lower_block).
+class Block final : public LayerBase {
+ public:
+  Block(const BlockRun& r, at::ScalarType dtype);  // makes the constant rotary tables only
+  void init_params() override;
+  at::Tensor forward(const at::Tensor& x) override;
+  std::vector<std::pair<at::Tensor*, at::Tensor*>> params_and_grads() override;
+
+ private:
+  // Activations by value, moved in at their last use, so each is freed when no op needs it.
+  at::Tensor body(const at::Tensor& x, bool checkpoint_core);
+  at::Tensor attention(at::Tensor x, bool checkpoint_core);
+  at::Tensor core(at::Tensor q, at::Tensor k, at::Tensor v);
+  at::Tensor mlp(at::Tensor x);
+
+  ops::AttnDims dims_;
+  at::Tensor cos_, sin_;
+  ops::NormParams ln1_, ln2_;
+  ops::LinearParams qkv_, proj_, fc1_, fc2_;  // fc1 = gate_up and fc2 = down under SwiGLU
+  ops::Region core_region_, block_region_;
+};
+
+// The embedding (lower_embedding): vocab lookup, learned positions (GPT), dropout. Its input is
+// the token ids [s, b].
+class Embedding final : public LayerBase {
+ public:
+  using LayerBase::LayerBase;
+  void init_params() override;
+  at::Tensor forward(const at::Tensor& tokens) override;
+  std::vector<std::pair<at::Tensor*, at::Tensor*>> params_and_grads() override;
+
+ private:
+  ops::LinearParams word_, position_;  // tables [V, h] and [max positions, h]
+};
+
+// The head (lower_head): final norm, LM head, fp32 cast, vocab cross entropy against fixed
+// labels; its output is the per-token loss [s, b] (fp32).
+class Head final : public LayerBase {
+ public:
+  Head(const BlockRun& r, at::ScalarType dtype);  // makes the constant labels
+  void init_params() override;
+  at::Tensor forward(const at::Tensor& x) override;
+  std::vector<std::pair<at::Tensor*, at::Tensor*>> params_and_grads() override;
+
+ private:
+  at::Tensor labels_;
+  ops::NormParams norm_;
+  ops::LinearParams lm_head_;
+};
+
+}  // namespace mist::executor
