@@ -1,6 +1,7 @@
 #include "tuner/tuner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -36,46 +37,57 @@ struct LayoutCosts {
   analysis::StageMemoryModel memory;
   analysis::StageTimer timer;
   double nccl = 0;
-  size_t peak_output = 0, host_output = 0;
-  // Program input index of each knob a stage setting changes.
-  struct Slots {
-    size_t l, c, zw, zg, zo, wo, go, oo, ao, W, G, O, A;
-  } slot{};
+  // The knobs a stage setting changes, in the order of the specialised programs' inputs.
+  static constexpr std::array<const char*, 13> kSettingKnobs = {"l",  "c",  "zw", "zg", "zo", "wo", "go",
+                                                                "oo", "ao", "W",  "G",  "O",  "A"};
+  // Per stage position: peak and host bytes with everything but the setting knobs bound, so the
+  // compiled tape folds the model's shapes and the layout into constants (as Mist concretises b
+  // and tp before its batched evaluation).
+  mutable std::map<int, sym::Program> programs;
+
+  const sym::Program& program(int index, const plan::StagePlan& any) const {
+    auto it = programs.find(index);
+    if (it != programs.end()) return it->second;
+    sym::Bindings fixed = analysis::stage_knobs(lm, m, c, layout, any, index, nccl);
+    for (const char* k : kSettingKnobs) fixed.erase(k);
+    std::vector<std::string> inputs(kSettingKnobs.begin(), kSettingKnobs.end());
+    auto prog = sym::Program::compile({sym::substitute(memory.peak, fixed), sym::substitute(memory.host_bytes, fixed)},
+                                      inputs);
+    // Every symbol but the setting knobs is bound above, so compilation cannot fail.
+    return programs.emplace(index, std::move(*prog)).first->second;
+  }
 
   // Costs `settings` at stage `index`; returns the feasible ones, and tracks the setting with the
-  // smallest peak (for the near-miss report) in `least`.
+  // smallest excess over GPU or host memory (for the near-miss report) in `least`.
   std::vector<Point> cost(const std::vector<plan::StagePlan>& settings, int index, TuneStats& stats,
                           Point* least) const {
-    const size_t rows = settings.size(), n_in = memory.inputs.size();
-    std::vector<double> in(n_in * rows), out(memory.program.num_outputs() * rows);
-    const sym::Bindings base = analysis::stage_knobs(lm, m, c, layout, settings.front(), index, nccl);
-    std::vector<double> base_row(n_in);
-    for (size_t i = 0; i < n_in; ++i) base_row[i] = base.at(memory.inputs[i]);
+    const size_t rows = settings.size();
+    const sym::Program& prog = program(index, settings.front());
+    std::vector<double> in(kSettingKnobs.size() * rows), out(2 * rows);
     const double dp = static_cast<double>(layout.dp);
     for (size_t r = 0; r < rows; ++r) {
       const auto& s = settings[r];
-      for (size_t i = 0; i < n_in; ++i) in[i * rows + r] = base_row[i];
-      auto set = [&](size_t k, double v) { in[k * rows + r] = v; };
-      set(slot.l, static_cast<double>(s.num_layers));
-      set(slot.c, static_cast<double>(s.ckpt_layers));
-      set(slot.zw, s.zero >= 3 ? dp : 1.0);
-      set(slot.zg, s.zero >= 2 ? dp : 1.0);
-      set(slot.zo, s.zero >= 1 ? dp : 1.0);
-      set(slot.wo, s.offload.weights);
-      set(slot.go, s.offload.gradients);
-      set(slot.oo, s.offload.optimizer_states);
-      set(slot.ao, s.offload.activations);
-      set(slot.W, (s.zero >= 3 && layout.dp > 1) || s.offload.weights > 0 ? 1.0 : 0.0);
-      set(slot.G, (s.zero >= 2 && layout.dp > 1) || s.offload.gradients > 0 ? 1.0 : 0.0);
-      set(slot.O, s.offload.optimizer_states > 0 ? 1.0 : 0.0);
-      set(slot.A, s.offload.activations > 0 ? 1.0 : 0.0);
+      const double v[] = {static_cast<double>(s.num_layers),
+                          static_cast<double>(s.ckpt_layers),
+                          s.zero >= 3 ? dp : 1.0,
+                          s.zero >= 2 ? dp : 1.0,
+                          s.zero >= 1 ? dp : 1.0,
+                          s.offload.weights,
+                          s.offload.gradients,
+                          s.offload.optimizer_states,
+                          s.offload.activations,
+                          (s.zero >= 3 && layout.dp > 1) || s.offload.weights > 0 ? 1.0 : 0.0,
+                          (s.zero >= 2 && layout.dp > 1) || s.offload.gradients > 0 ? 1.0 : 0.0,
+                          s.offload.optimizer_states > 0 ? 1.0 : 0.0,
+                          s.offload.activations > 0 ? 1.0 : 0.0};
+      for (size_t k = 0; k < kSettingKnobs.size(); ++k) in[k * rows + r] = v[k];
     }
-    memory.program.evaluate(in, rows, out);
+    prog.evaluate(in, rows, out);
     stats.stage_settings_evaluated += static_cast<int64_t>(rows);
     std::vector<Point> feasible;
     const double host_cap = c.host_memory_bytes / static_cast<double>(c.gpus_per_node);
     for (size_t r = 0; r < rows; ++r) {
-      const double peak = out[peak_output * rows + r], host = out[host_output * rows + r];
+      const double peak = out[r], host = out[rows + r];
       const double excess = std::max(peak - c.gpu.memory_bytes, host - host_cap);
       if (least && excess < least->excess) *least = Point{0, 0, peak, settings[r], excess};
       if (excess > 0) continue;
@@ -261,13 +273,6 @@ Result<TuneResult> tune(const spec::ModelSpec& m, const spec::ClusterSpec& c, co
     MIST_TRY(auto memory, analysis::build_stage_memory_model(lm, t, layout.recompute));
     LayoutCosts costs{m, c, space, layout, lm, std::move(memory), analysis::StageTimer::create(m, c, t, layout),
                       analysis::nccl_buffer_bytes(layout, c)};
-    costs.peak_output = costs.memory.terms.size();
-    costs.host_output = costs.memory.terms.size() + 3;
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < costs.memory.inputs.size(); ++i) index[costs.memory.inputs[i]] = i;
-    costs.slot = {index.at("l"),  index.at("c"),  index.at("zw"), index.at("zg"), index.at("zo"),
-                  index.at("wo"), index.at("go"), index.at("oo"), index.at("ao"), index.at("W"),
-                  index.at("G"),  index.at("O"),  index.at("A")};
     const double G = static_cast<double>(layout.grad_accum_steps);
 
     std::optional<std::pair<std::vector<Point>, double>> best;
