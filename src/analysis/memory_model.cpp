@@ -66,12 +66,14 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   const Expr A_mb = (l - c) * A_blk + c * A_in + E * emb_free.saved + H * head_free.saved;
 
   // Transient bytes above the saved ones: the worst layer's forward or backward live set minus
-  // what that layer keeps anyway. A recomputed block rebuilds its activations in backward, so its
-  // excess is measured from its input only; min(c, 1) is 1 when the stage recomputes any block.
+  // what that layer keeps anyway. A fully recomputed block keeps only its input and rebuilds the
+  // rest in its backward (liveness' bwd_peak_recomputed); min(c, 1) is 1 when the stage
+  // recomputes any block.
   const Expr A_blk_b = selective ? M.block.saved_selective : M.block.saved;
+  const Expr fwd_blk_b = selective ? M.block.fwd_peak_selective : M.block.fwd_peak;
   const Expr bwd_blk_b = selective ? M.block.bwd_peak_selective : M.block.bwd_peak;
-  const Expr X_blk = sym::max(M.block.fwd_peak, bwd_blk_b) - A_blk_b +
-                     sym::min(c, Expr(1.0)) * (A_blk_b - M.block.input);
+  const Expr X_blk = sym::max(sym::max(fwd_blk_b, bwd_blk_b) - A_blk_b,
+                              sym::min(c, Expr(1.0)) * (M.block.bwd_peak_recomputed - M.block.input));
   const Expr X_head = H * (sym::max(M.head.fwd_peak, M.head.bwd_peak) - M.head.saved);
   const Expr X_emb = E * (sym::max(M.embedding.fwd_peak, M.embedding.bwd_peak) - M.embedding.saved);
 

@@ -35,7 +35,7 @@ struct TpComm {
 
 struct Tensor {
   std::string name;
-  Expr bytes;                 // 0 for a view
+  Expr bytes;                 // a view carries its own size (its gradient has it); storage is the base's
   bool requires_grad = true;  // false for token ids, masks and statistics
   int view_of = -1;           // a view (q, k, v split from qkv) keeps its base storage alive
 };

@@ -215,6 +215,17 @@ struct Walk {
     return sym::max(B.steps);
   }
 
+  // A fully recomputed layer: one checkpoint region spanning every op.
+  Expr recomputed_peak() const {
+    const int n = static_cast<int>(L.ops.size());
+    Backward B;
+    B.live_saved = {storage(L.input)};
+    B.last_saver[storage(L.input)] = 0;
+    B.grads.bind(L.output, B.grads.alloc(bytes(L.output)));
+    recompute_region(0, n - 1, B);
+    return sym::max(B.steps);
+  }
+
   void recompute_region(int first, int last, Backward& B) const {
     std::set<int> region_saved;
     for (int j = first; j <= last; ++j)
@@ -255,6 +266,8 @@ LayerActivations analyze_activations(const Layer& layer, const sym::Bindings& di
   a.fwd_peak = w.forward_peak(full);
   a.bwd_peak = w.backward_peak(full, false);
   a.bwd_peak_selective = w.backward_peak(sel, true);
+  a.fwd_peak_selective = w.forward_peak(sel);
+  a.bwd_peak_recomputed = w.recomputed_peak();
   a.saved_tensor_count = static_cast<int>(full.size());
   return a;
 }

@@ -15,6 +15,11 @@ struct LayerActivations {
   Expr fwd_peak;         // most bytes this layer holds at once during its forward (input excluded)
   Expr bwd_peak;         // most bytes held during its backward: saved tensors still needed + grads
   Expr bwd_peak_selective;  // the same when the attention core was not saved but is recomputed
+  Expr fwd_peak_selective;  // the forward peak when the attention core keeps only its inputs
+  // The backward of a fully recomputed layer (Megatron's CheckpointFunction): it keeps only its
+  // input, replays its forward with grad, then back-propagates while holding the recomputed
+  // output and the incoming gradient. Counts the input.
+  Expr bwd_peak_recomputed;
   int saved_tensor_count = 0;  // distinct storages saved (allocator rounding is per allocation)
 };
 

@@ -98,6 +98,11 @@ TEST(Lowering, LivenessPeaksBoundTheSavedSet) {
           // checkpoint holds; measured by `mist validate`, docs/validation.md), but never below
           // what it saves.
           EXPECT_GE(eval(a.bwd_peak_selective, b), eval(a.saved_selective, b)) << name << " " << L->name;
+          // A fully recomputed layer rebuilds everything it would have saved, on top of its input,
+          // and holds its recomputed output and output gradient while back-propagating.
+          EXPECT_GE(eval(a.bwd_peak_recomputed, b) + 1e-6, saved) << name << " " << L->name;
+          EXPECT_GE(eval(a.bwd_peak_recomputed, b), eval(a.bwd_peak, b) - 1e-6) << name << " " << L->name;
+          EXPECT_LE(eval(a.fwd_peak_selective, b), eval(a.fwd_peak, b) + 1e-6) << name << " " << L->name;
         }
       }
     }
