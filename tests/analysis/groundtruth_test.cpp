@@ -8,6 +8,7 @@
 
 #include "analysis/memory_model.hpp"
 #include "analysis/time_model.hpp"
+#include "test_jobs.hpp"
 
 namespace mist::analysis {
 namespace {
@@ -33,21 +34,7 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
   return rows;
 }
 
-spec::ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab, int64_t seq) {
-  spec::ModelSpec m;
-  m.name = fmt::format("gpt-h{}-l{}", hidden, layers);
-  m.family = "gpt";
-  m.num_layers = layers;
-  m.hidden_size = hidden;
-  m.num_heads = heads;
-  m.num_kv_heads = heads;
-  m.ffn_hidden_size = 4 * hidden;
-  m.vocab_size = vocab;
-  m.max_position_embeddings = seq;
-  m.qkv_bias = m.linear_bias = true;
-  m.tie_word_embeddings = true;
-  return m;
-}
+using mist::testing::gpt;
 
 struct Row {
   std::string name;

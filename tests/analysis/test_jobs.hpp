@@ -23,7 +23,8 @@ inline spec::TrainingSpec training(int64_t gbs, int64_t seq, spec::Dtype precisi
 }
 
 // A GPT model of the given shape (Megatron-style: LayerNorm, GELU, learned positions, biases).
-inline spec::ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab = 51200) {
+inline spec::ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab = 51200,
+                           int64_t max_positions = 2048) {
   spec::ModelSpec m;
   m.name = "test-gpt";
   m.family = "gpt";
@@ -33,7 +34,7 @@ inline spec::ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_
   m.num_kv_heads = heads;
   m.ffn_hidden_size = 4 * hidden;
   m.vocab_size = vocab;
-  m.max_position_embeddings = 2048;
+  m.max_position_embeddings = max_positions;
   m.qkv_bias = m.linear_bias = true;
   m.tie_word_embeddings = true;
   return m;

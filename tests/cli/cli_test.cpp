@@ -1,4 +1,5 @@
 #include "cli/commands.hpp"
+#include "run_mist.hpp"
 
 #include <sys/wait.h>
 
@@ -15,18 +16,9 @@ namespace mist::cli {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kExamples = std::string(MIST_SOURCE_DIR) + "/examples/";
-
-struct Outcome {
-  int code;
-  std::string out, err;
-};
-
-Outcome mist(std::vector<std::string> args) {
-  Outcome o;
-  o.code = run(args, o.out, o.err);
-  return o;
-}
+using testing::kExamples;
+using testing::mist;
+using testing::Outcome;
 
 // Writes `text` to a fresh temporary file and returns its path.
 std::string temp_file(const std::string& name, const std::string& text) {

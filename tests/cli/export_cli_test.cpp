@@ -8,23 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "run_mist.hpp"
 
 namespace mist::cli {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kExamples = std::string(MIST_SOURCE_DIR) + "/examples/";
-
-struct Outcome {
-  int code;
-  std::string out, err;
-};
-
-Outcome mist(std::vector<std::string> args) {
-  Outcome o;
-  o.code = run(args, o.out, o.err);
-  return o;
-}
+using testing::kExamples;
+using testing::mist;
+using testing::Outcome;
 
 std::string temp_path(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / "mist_export_cli_test";

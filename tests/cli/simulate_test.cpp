@@ -9,23 +9,15 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "run_mist.hpp"
 
 namespace mist::cli {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kExamples = std::string(MIST_SOURCE_DIR) + "/examples/";
-
-struct Outcome {
-  int code;
-  std::string out, err;
-};
-
-Outcome mist(std::vector<std::string> args) {
-  Outcome o;
-  o.code = run(args, o.out, o.err);
-  return o;
-}
+using testing::kExamples;
+using testing::mist;
+using testing::Outcome;
 
 std::vector<std::string> simulate(const std::string& plan) {
   return {"simulate", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json",
