@@ -114,4 +114,14 @@ std::optional<std::string> ignored_note(const Flags& f) {
   return fmt::format("ignored {} option(s) that do not change the plan: {}", f.unknown().size(), join(f.unknown()));
 }
 
+void add_training_flags(std::vector<Option>& o, const spec::TrainingSpec& t) {
+  if (t.precision == spec::Dtype::kBf16) add(o, "--bf16");
+  if (t.precision == spec::Dtype::kFp16) add(o, "--fp16");
+  add(o, "--optimizer", std::string(t.optimizer == spec::Optimizer::kSgd ? "sgd" : "adam"));
+  if (!t.dropout) {
+    add(o, "--hidden-dropout", std::string("0"));
+    add(o, "--attention-dropout", std::string("0"));
+  }
+}
+
 }  // namespace mist::engines::detail

@@ -168,13 +168,7 @@ std::vector<Option> megatron_deepspeed_options(const spec::ModelSpec& m, const s
     add(o, "--checkpoint-num-layers", int64_t{1});
     add(o, "--deepspeed-activation-checkpointing");
   }
-  if (t.precision == spec::Dtype::kBf16) add(o, "--bf16");
-  if (t.precision == spec::Dtype::kFp16) add(o, "--fp16");
-  add(o, "--optimizer", std::string(t.optimizer == spec::Optimizer::kSgd ? "sgd" : "adam"));
-  if (!t.dropout) {
-    add(o, "--hidden-dropout", std::string("0"));
-    add(o, "--attention-dropout", std::string("0"));
-  }
+  detail::add_training_flags(o, t);
   add_model_options(o, m);
   return o;
 }

@@ -137,13 +137,7 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   if (s0.offload.activations > 0)
     add(o, "--cpu-offloading-num-layers",
         static_cast<int64_t>(std::llround(s0.offload.activations * static_cast<double>(s0.num_layers))));
-  if (t.precision == spec::Dtype::kBf16) add(o, "--bf16");
-  if (t.precision == spec::Dtype::kFp16) add(o, "--fp16");
-  add(o, "--optimizer", std::string(t.optimizer == spec::Optimizer::kSgd ? "sgd" : "adam"));
-  if (!t.dropout) {
-    add(o, "--hidden-dropout", std::string("0"));
-    add(o, "--attention-dropout", std::string("0"));
-  }
+  detail::add_training_flags(o, t);
   add_model_options(o, m);
   return o;
 }
