@@ -19,7 +19,8 @@ int run(const std::vector<std::string>& args, std::string& out, std::string& err
 
   // Every subcommand, in the order `mist --help` lists them.
   std::vector<Command> commands;
-  for (auto add : {add_predict_commands, add_tune_command, add_list_command, add_export_commands, add_simulate_command})
+  for (auto add : {add_predict_commands, add_tune_command, add_gpus_command, add_list_command, add_export_commands,
+                   add_simulate_command})
     for (auto& c : add(app)) commands.push_back(std::move(c));
 #ifdef MIST_WITH_TORCH
   for (auto& c : add_validate_command(app)) commands.push_back(std::move(c));

@@ -1,0 +1,203 @@
+#include "advisor/advisor.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "analysis/time_model.hpp"
+#include "core/units.hpp"
+#include "tuner/tuner.hpp"
+
+namespace mist::advisor {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Edit distance, case-insensitive: how far a typo is from a catalog name.
+size_t distance(const std::string& a, const std::string& b) {
+  const std::string x = lower(a), y = lower(b);
+  std::vector<size_t> row(y.size() + 1);
+  for (size_t j = 0; j <= y.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= x.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= y.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (x[i - 1] == y[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[y.size()];
+}
+
+// One (GPU type, count) cell: tune, then cost.
+Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec::ClusterSpec& c,
+              const AdvisorOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  Row row;
+  row.gpu = c.gpu.name;
+  row.num_gpus = c.num_gpus();
+  row.nodes = c.nodes;
+  row.gpus_per_node = c.gpus_per_node;
+  row.price = find_price(o.prices, c.gpu.name);
+  tuner::TuneOptions to;
+  to.space = o.space;
+  to.top = 1;
+  auto r = tuner::tune(m, c, t, to);
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  if (!r) {
+    // The GPU cannot run this job at all (no bf16, no layout of this many GPUs): a row, not an abort.
+    row.reason = r.error().to_string();
+    row.tune_seconds = seconds();
+    return row;
+  }
+  if (r->best.empty()) {
+    if (r->closest) {
+      row.plan = r->closest->plan;
+      row.shortfall_bytes = r->closest->shortfall_bytes;
+      row.host_shortfall_bytes = r->closest->host_shortfall_bytes;
+      row.peak_memory_bytes = r->closest->peak_memory_bytes;
+      row.reason = row.shortfall_bytes > 0
+                       ? fmt::format("no plan fits: the closest lacks {:.2f} GiB of GPU memory on its worst stage",
+                                     row.shortfall_bytes / units::kGiB)
+                       : fmt::format("no plan fits: the closest lacks {:.2f} GiB of host memory per node",
+                                     row.host_shortfall_bytes / units::kGiB);
+    } else {
+      row.reason = "no plan fits";
+    }
+    row.tune_seconds = seconds();
+    return row;
+  }
+  const auto& best = r->best.front();
+  auto time = analysis::predict_time(m, c, t, best.plan);
+  if (!time) {
+    // A tuned plan that does not predict is a bug in the tuner; say so in the row.
+    row.reason = "internal error: the tuned plan does not predict: " + time.error().to_string();
+    row.tune_seconds = seconds();
+    return row;
+  }
+  row.feasible = true;
+  row.plan = best.plan;
+  row.iteration_time_s = time->iteration_time_s;
+  row.tokens_per_s = time->tokens_per_s;
+  row.mfu = time->mfu;
+  row.peak_memory_bytes = best.peak_memory_bytes;
+  row.time_to_train_s = o.tokens / row.tokens_per_s;
+  if (row.price) row.cost = costs(row.tokens_per_s, o.tokens, row.num_gpus, row.price->usd_per_gpu_hour);
+  row.tune_seconds = seconds();
+  return row;
+}
+
+}  // namespace
+
+Result<spec::GpuSpec> resolve_gpu(const std::string& name) {
+  auto g = spec::catalog_gpu(name);
+  if (g) return g;
+  std::vector<std::string> names = spec::gpu_catalog_names();
+  if (names.empty()) return g;  // the catalog itself is broken: its own error says how
+  std::stable_sort(names.begin(), names.end(),
+                   [&](const std::string& a, const std::string& b) { return distance(name, a) < distance(name, b); });
+  names.resize(std::min<size_t>(3, names.size()));
+  return fail("", fmt::format("unknown GPU \"{}\" (closest: {}; 'mist list gpus' lists all)", name, join(names)));
+}
+
+Result<spec::ClusterSpec> cluster_for(const std::string& gpu, int64_t count, std::optional<int64_t> gpus_per_node) {
+  MIST_TRY(spec::GpuSpec g, resolve_gpu(gpu));
+  if (count < 1) return fail("--gpus", fmt::format("GPU counts must be positive, got {}", count));
+  const int64_t node = gpus_per_node.value_or(g.default_gpus_per_node);
+  if (node < 1) return fail("--gpus-per-node", fmt::format("must be positive, got {}", node));
+  if (count > node && count % node != 0)
+    return fail("--gpus", fmt::format("{} {} GPUs do not fill whole nodes of {}; use a multiple of {} (or "
+                                      "--gpus-per-node)",
+                                      count, gpu, node, node));
+  const int64_t per_node = std::min(count, node);
+  return spec::cluster_from_json(Json{{"gpu", gpu}, {"nodes", count / per_node}, {"gpus_per_node", per_node}},
+                                 "cluster");
+}
+
+Costs costs(double tokens_per_s, double tokens, int64_t num_gpus, double usd_per_gpu_hour) {
+  Costs c;
+  c.usd_per_hour = usd_per_gpu_hour * static_cast<double>(num_gpus);
+  const double hours = tokens / tokens_per_s / 3600.0;
+  c.usd_total = hours * c.usd_per_hour;
+  c.usd_per_million_tokens = c.usd_per_hour / (tokens_per_s * 3600.0) * 1e6;
+  return c;
+}
+
+void mark_pareto(std::vector<Row>& rows) {
+  auto eligible = [](const Row& r) { return r.feasible && r.price.has_value(); };
+  for (auto& r : rows) {
+    r.pareto = false;
+    if (!eligible(r)) continue;
+    r.pareto = std::none_of(rows.begin(), rows.end(), [&](const Row& o) {
+      return eligible(o) && o.time_to_train_s <= r.time_to_train_s && o.cost.usd_total <= r.cost.usd_total &&
+             (o.time_to_train_s < r.time_to_train_s || o.cost.usd_total < r.cost.usd_total);
+    });
+  }
+}
+
+void sort_rows(std::vector<Row>& rows) {
+  auto key = [](const Row& r) {
+    const int group = r.feasible ? (r.price ? 0 : 1) : 2;
+    const double v = group == 0 ? r.cost.usd_total : group == 1 ? r.time_to_train_s : 0.0;
+    return std::make_tuple(group, v, r.gpu, r.num_gpus);
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return key(a) < key(b); });
+}
+
+Result<Comparison> compare_gpus(const spec::ModelSpec& m, const spec::TrainingSpec& t, const AdvisorOptions& o) {
+  if (o.gpus.empty()) return fail("--candidates", "name at least one GPU type");
+  if (o.counts.empty()) return fail("--gpus", "name at least one GPU count");
+  if (!(o.tokens > 0)) return fail("--tokens", fmt::format("must be positive, got {:g}", o.tokens));
+  if (o.gpus_per_node && *o.gpus_per_node < 1)
+    return fail("--gpus-per-node", fmt::format("must be positive, got {}", *o.gpus_per_node));
+  // Every cell's cluster first, so that a bad name or count fails before minutes of tuning.
+  std::vector<spec::ClusterSpec> cells;
+  std::set<std::pair<std::string, int64_t>> seen;
+  for (const auto& gpu : o.gpus) {
+    for (int64_t n : o.counts) {
+      if (!seen.insert({gpu, n}).second) continue;  // "--gpus 8,8" tunes once
+      auto c = cluster_for(gpu, n, o.gpus_per_node);
+      if (!c) {
+        if (c.error().path.empty()) c.error().path = "--candidates";
+        return std::unexpected(c.error());
+      }
+      cells.push_back(std::move(*c));
+    }
+  }
+  // Cells are independent and the tuner keeps no shared mutable state, so a few threads take
+  // cells from a shared counter; each writes only its own row.
+  std::vector<Row> rows(cells.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < cells.size(); i = next++) rows[i] = tune_cell(m, t, cells[i], o);
+  };
+  const int threads = std::clamp<int>(o.threads, 1, static_cast<int>(cells.size()));
+  {
+    std::vector<std::jthread> pool;
+    for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+    worker();
+  }  // joined here
+  Comparison out;
+  for (const auto& r : rows)
+    if (r.feasible) {
+      auto [it, fresh] = out.smallest_fitting.emplace(r.gpu, r.num_gpus);
+      if (!fresh) it->second = std::min(it->second, r.num_gpus);
+    }
+  mark_pareto(rows);
+  sort_rows(rows);
+  out.rows = std::move(rows);
+  return out;
+}
+
+}  // namespace mist::advisor

@@ -1,0 +1,207 @@
+// `mist gpus`: the tuned plan, throughput, time and cost of a job on each candidate GPU type and
+// count (src/advisor, docs/gpus.md).
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "advisor/advisor.hpp"
+#include "cli/command.hpp"
+#include "cli/commands.hpp"
+#include "cli/report.hpp"
+
+namespace mist::cli {
+
+namespace {
+
+struct GpusArgs {
+  std::string model, training, prices, space = "mist";
+  std::vector<std::string> candidates;
+  std::vector<int64_t> counts = {8, 16, 64};
+  double tokens = 1e12;
+  int64_t gpus_per_node = 0;  // 0: the catalog's node size per GPU type
+  int threads = 2;
+  bool fast = false, json = false;
+};
+
+// "dp 2 tp 4 pp 2 mb 1 G 64 sel zero 11 ckpt 3/40,0/40 off w.5": enough to recognise the plan.
+std::string plan_summary(const plan::Plan& p) {
+  std::string zero, ckpt, off;
+  for (const auto& s : p.stages) {
+    zero += std::to_string(s.zero);
+    ckpt += (ckpt.empty() ? "" : ",") + std::to_string(s.ckpt_layers) + "/" + std::to_string(s.num_layers);
+    if (s.offload.weights + s.offload.gradients + s.offload.optimizer_states + s.offload.activations > 0) off = " offload";
+  }
+  return fmt::format("dp {} tp {} pp {} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, p.micro_batch_size,
+                     p.grad_accum_steps, p.recompute == plan::Recompute::kSelective ? " sel" : "", zero, ckpt, off);
+}
+
+std::string format_duration(double s) {
+  if (s >= 2 * 86400) return fmt::format("{:.1f} d", s / 86400);
+  if (s >= 3600) return fmt::format("{:.1f} h", s / 3600);
+  return fmt::format("{:.0f} min", s / 60);
+}
+
+std::string money(double usd) {
+  if (usd >= 1e6) return fmt::format("${:.2f}M", usd / 1e6);
+  if (usd >= 1e4) return fmt::format("${:.0f}k", usd / 1e3);
+  return fmt::format("${:.2f}", usd);
+}
+
+Json row_json(const advisor::Row& r) {
+  Json j{{"gpu", r.gpu},
+         {"num_gpus", r.num_gpus},
+         {"nodes", r.nodes},
+         {"gpus_per_node", r.gpus_per_node},
+         {"feasible", r.feasible},
+         {"pareto", r.pareto},
+         {"plan", r.plan ? plan::plan_to_json(*r.plan) : Json(nullptr)},
+         {"tune_seconds", r.tune_seconds}};
+  if (r.feasible) {
+    j["iteration_time_s"] = r.iteration_time_s;
+    j["tokens_per_s"] = r.tokens_per_s;
+    j["mfu"] = r.mfu;
+    j["peak_memory_bytes"] = r.peak_memory_bytes;
+    j["time_to_train_s"] = r.time_to_train_s;
+  } else {
+    j["reason"] = r.reason;
+    j["shortfall_bytes"] = r.shortfall_bytes;
+    j["host_shortfall_bytes"] = r.host_shortfall_bytes;
+    j["tokens_per_s"] = 0;
+    j["mfu"] = 0;
+  }
+  // Costs are null, not 0, where there is no price or no plan: 0 would read as free.
+  const bool costed = r.feasible && r.price;
+  j["cost_per_hour"] = costed ? Json(r.cost.usd_per_hour) : Json(nullptr);
+  j["cost_per_million_tokens"] = costed ? Json(r.cost.usd_per_million_tokens) : Json(nullptr);
+  j["total_cost"] = costed ? Json(r.cost.usd_total) : Json(nullptr);
+  j["price"] = r.price ? Json{{"usd_per_gpu_hour", r.price->usd_per_gpu_hour},
+                              {"date", r.price->date},
+                              {"source", r.price->source}}
+                       : Json(nullptr);
+  return j;
+}
+
+std::string text_table(const advisor::Comparison& cmp, const GpusArgs& a) {
+  std::string out = fmt::format("{:<16} {:>5} {:>5} {:>4} {:>10} {:>6} {:>9} {:>9} {:>8} {:>9} {:>2}  {}\n", "gpu",
+                                "GPUs", "nodes", "fits", "tokens/s", "MFU", "time", "$/hour", "$/Mtok", "total", "P",
+                                "plan");
+  for (const auto& r : cmp.rows) {
+    const bool costed = r.feasible && r.price;
+    out += fmt::format(
+        "{:<16} {:>5} {:>5} {:>4} {:>10} {:>6} {:>9} {:>9} {:>8} {:>9} {:>2}  {}\n", r.gpu, r.num_gpus, r.nodes,
+        r.feasible ? "yes" : "no", r.feasible ? fmt::format("{:.0f}", r.tokens_per_s) : "-",
+        r.feasible ? fmt::format("{:.1f}%", 100 * r.mfu) : "-", r.feasible ? format_duration(r.time_to_train_s) : "-",
+        costed ? money(r.cost.usd_per_hour) : r.price ? "-" : "no price",
+        costed ? fmt::format("${:.3f}", r.cost.usd_per_million_tokens) : "-", costed ? money(r.cost.usd_total) : "-",
+        r.pareto ? "*" : "", r.feasible ? plan_summary(*r.plan) : r.reason);
+  }
+  out += fmt::format("\n{:g} tokens; rows by total cost (unpriced, then infeasible rows last); * = on the "
+                     "time-vs-cost Pareto set; {} space\n",
+                     a.tokens, a.space);
+  out += "smallest count that fits:";
+  std::vector<std::string> seen;
+  for (const auto& r : cmp.rows) {
+    if (std::find(seen.begin(), seen.end(), r.gpu) != seen.end()) continue;
+    seen.push_back(r.gpu);
+    auto it = cmp.smallest_fitting.find(r.gpu);
+    out += it == cmp.smallest_fitting.end() ? fmt::format(" {} none of those tried;", r.gpu)
+                                            : fmt::format(" {} {};", r.gpu, it->second);
+  }
+  out.back() = '\n';
+  out += "prices (US$ per GPU-hour, on demand):\n";
+  for (const auto& g : seen) {
+    const advisor::Row* r = nullptr;
+    for (const auto& x : cmp.rows)
+      if (x.gpu == g) r = &x;
+    out += r->price ? fmt::format("  {}: ${} ({}; {})\n", g, r->price->usd_per_gpu_hour, r->price->date,
+                                  r->price->source)
+                    : fmt::format("  {}: no price (give one with --prices)\n", g);
+  }
+  return out;
+}
+
+int gpus(const GpusArgs& a, std::string& out, std::string& err) {
+  auto invalid = [&](const Error& e) {
+    err = "mist: invalid input: " + e.to_string() + "\n";
+    return kExitInvalidInput;
+  };
+  auto model = spec::load_model(a.model);
+  if (!model) return invalid(model.error());
+  auto training = spec::load_training(a.training);
+  if (!training) return invalid(training.error());
+  advisor::AdvisorOptions o;
+  auto space = tuner::named_space(a.space);
+  if (!space) return invalid(space.error());
+  o.space = *space;
+  if (a.fast) {
+    // A coarser offload grid: 3^4 instead of 5^4 combinations per (ZeRO, checkpointing) pair.
+    o.space.weight_offload = o.space.grad_offload = o.space.opt_offload = o.space.act_offload =
+        std::vector<double>{0, 0.5, 1};
+    if (a.space != "mist") return invalid(Error{"--fast", "applies to the mist space only"});
+  }
+  for (const auto& c : a.candidates)
+    if (!c.empty()) o.gpus.push_back(c);
+  o.counts = a.counts;
+  o.tokens = a.tokens;
+  if (a.gpus_per_node != 0) o.gpus_per_node = a.gpus_per_node;
+  o.threads = a.threads;
+  const auto& defaults = advisor::default_prices();
+  if (!defaults) {
+    err = "mist: internal error: the built-in price table is malformed: " + defaults.error().to_string() + "\n";
+    return kExitInternal;
+  }
+  o.prices = *defaults;
+  if (!a.prices.empty()) {
+    auto user = advisor::load_prices(a.prices);
+    if (!user) return invalid(user.error());
+    o.prices = advisor::merge_prices(o.prices, *user);
+  }
+  auto cmp = advisor::compare_gpus(*model, *training, o);
+  if (!cmp) return invalid(cmp.error());
+  if (a.json) {
+    Json rows = Json::array();
+    for (const auto& r : cmp->rows) rows.push_back(row_json(r));
+    Json smallest = Json::object();
+    for (const auto& [g, n] : cmp->smallest_fitting) smallest[g] = n;
+    out = Json{{"model", model->name}, {"tokens", a.tokens}, {"space", a.space}, {"fast", a.fast},
+               {"rows", rows}, {"smallest_fitting", smallest}}
+              .dump(2) +
+          "\n";
+  } else {
+    out = text_table(*cmp, a);
+  }
+  if (cmp->smallest_fitting.empty()) {
+    err = "mist: the job fits none of the GPU types and counts tried; try more GPUs or GPUs with more memory.\n";
+    return kExitNoFit;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_gpus_command(CLI::App& app) {
+  auto a = std::make_shared<GpusArgs>();
+  auto* g = app.add_subcommand("gpus", "compare GPU types and counts: tuned plan, tokens/s, time and cost to train");
+  g->add_option("--model", a->model,
+                "catalog name (mist list models) or a JSON file: a Hugging Face config.json or mist's model form")
+      ->required();
+  g->add_option("--training", a->training, "training JSON file: global_batch_size, seq_length, precision, ...")
+      ->required();
+  g->add_option("--candidates", a->candidates, "GPU types to compare, comma-separated (mist list gpus)")
+      ->required()
+      ->delimiter(',');
+  g->add_option("--gpus", a->counts, "GPU counts to try for each type, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  g->add_option("--tokens", a->tokens, "tokens to train on (for the time and cost to finish)")->capture_default_str();
+  g->add_option("--prices", a->prices,
+                "JSON file of [{\"gpu\", \"usd_per_gpu_hour\", \"date\", \"source\"}] replacing the built-in prices");
+  g->add_option("--space", a->space, "search space: mist, megatron or deepspeed")->capture_default_str();
+  g->add_option("--gpus-per-node", a->gpus_per_node, "node size for every GPU type (default: the catalog's)");
+  g->add_option("--threads", a->threads, "cells tuned at once")->check(CLI::Range(1, 64))->capture_default_str();
+  g->add_flag("--fast", a->fast, "coarser offload grid {0, 0.5, 1} (mist space): faster, may miss a little");
+  g->add_flag("--json", a->json, "print {rows: [...], smallest_fitting} as JSON");
+  return {{g, [a](std::string& out, std::string& err) { return gpus(*a, out, err); }}};
+}
+
+}  // namespace mist::cli

@@ -1,0 +1,130 @@
+// `mist gpus` through the command line: JSON fields, text table, bad input.
+#include "run_mist.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace mist::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::mist;
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  fs::path dir = fs::temp_directory_path() / "mist_gpus_cli_test";
+  fs::create_directories(dir);
+  fs::path p = dir / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+std::string small_training() {
+  return temp_file("training.json",
+                   R"({"global_batch_size": 16, "seq_length": 1024, "precision": "bf16", "flash_attention": true})");
+}
+
+// A small job over the Megatron space so each cell tunes in well under a second.
+std::vector<std::string> small_job(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"gpus",    "--model", "gpt3-1.3b", "--training", small_training(),
+                                   "--space", "megatron"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(GpusCli, JsonRowsCarryTheDocumentedFields) {
+  auto o = mist(small_job({"--candidates", "A100-SXM4-80GB,V100-SXM2-32GB,H200-SXM-141GB", "--gpus", "1,2",
+                           "--tokens", "1e9", "--json"}));
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["rows"].size(), 6u);
+  bool seen_infeasible = false, seen_unpriced = false;
+  for (const auto& r : j["rows"]) {
+    for (const char* key : {"gpu", "num_gpus", "feasible", "tokens_per_s", "mfu", "cost_per_million_tokens", "plan",
+                            "pareto", "price", "total_cost", "cost_per_hour"})
+      EXPECT_TRUE(r.contains(key)) << key << " missing in " << r.dump();
+    if (!r["feasible"].get<bool>()) {
+      seen_infeasible = true;
+      EXPECT_TRUE(r.contains("shortfall_bytes"));
+      EXPECT_NE(r["reason"].get<std::string>().find("bf16"), std::string::npos) << r.dump();  // V100
+      EXPECT_TRUE(r["cost_per_million_tokens"].is_null());
+    } else if (r["price"].is_null()) {
+      seen_unpriced = true;  // no built-in price for the A100 80GB or the H200
+      EXPECT_TRUE(r["total_cost"].is_null());
+      EXPECT_GT(r["tokens_per_s"].get<double>(), 0);
+    } else {
+      EXPECT_TRUE(r["price"].contains("source"));
+    }
+  }
+  EXPECT_TRUE(seen_infeasible);
+  EXPECT_TRUE(seen_unpriced);
+  EXPECT_EQ(j["smallest_fitting"]["A100-SXM4-80GB"], 1);
+  // Infeasible rows come last.
+  EXPECT_FALSE(j["rows"].back()["feasible"].get<bool>());
+}
+
+TEST(GpusCli, APricesFileGivesCostsAndTheParetoSet) {
+  auto prices = temp_file("prices.json", R"([
+    {"gpu": "A100-SXM4-80GB", "usd_per_gpu_hour": 2.0, "date": "2026-11-30", "source": "test quote"},
+    {"gpu": "H200-SXM-141GB", "usd_per_gpu_hour": 5.0, "date": "2026-11-30", "source": "test quote"}])");
+  auto o = mist(small_job({"--candidates", "A100-SXM4-80GB,H200-SXM-141GB", "--gpus", "1,2", "--tokens", "1e9",
+                           "--prices", prices, "--json"}));
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  double last = 0;
+  int on_set = 0;
+  for (const auto& r : j["rows"]) {
+    ASSERT_TRUE(r["feasible"].get<bool>()) << r.dump();
+    const double price = r["price"]["usd_per_gpu_hour"].get<double>();
+    const double hours = r["time_to_train_s"].get<double>() / 3600;
+    EXPECT_DOUBLE_EQ(r["total_cost"].get<double>(), hours * price * r["num_gpus"].get<double>());
+    EXPECT_GE(r["total_cost"].get<double>(), last);  // sorted by cost to finish
+    last = r["total_cost"].get<double>();
+    on_set += r["pareto"].get<bool>();
+  }
+  EXPECT_GE(on_set, 1);
+  EXPECT_TRUE(j["rows"][0]["pareto"].get<bool>());  // the cheapest is never dominated
+  // The text form says the same.
+  auto text = mist(small_job({"--candidates", "A100-SXM4-80GB,L4-24GB", "--gpus", "1", "--tokens", "1e9"}));
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  EXPECT_NE(text.out.find("no price"), std::string::npos) << text.out;  // the A100 80GB has no built-in price
+  EXPECT_NE(text.out.find("smallest count that fits"), std::string::npos) << text.out;
+}
+
+TEST(GpusCli, BadInputExitsTwoNamingTheField) {
+  auto expect_invalid = [](std::vector<std::string> extra, const std::string& says) {
+    auto o = mist(small_job(std::move(extra)));
+    EXPECT_EQ(o.code, kExitInvalidInput) << o.out;
+    EXPECT_NE(o.err.find(says), std::string::npos) << o.err;
+  };
+  expect_invalid({"--candidates", "H100-SXM"}, "H100-SXM5-80GB");  // close names listed
+  expect_invalid({"--candidates", ","}, "--candidates");
+  expect_invalid({"--candidates", "L4-24GB", "--gpus", "0"}, "--gpus");
+  expect_invalid({"--candidates", "L4-24GB", "--gpus", "-8"}, "--gpus");
+  expect_invalid({"--candidates", "H100-SXM5-80GB", "--gpus", "12"}, "whole nodes");
+  expect_invalid({"--candidates", "L4-24GB", "--tokens", "0"}, "--tokens");
+  expect_invalid({"--candidates", "L4-24GB", "--tokens", "-1e12"}, "--tokens");
+  auto negative = temp_file("neg.json", R"([{"gpu": "L4-24GB", "usd_per_gpu_hour": -1, "date": "2026-11-30",
+                                           "source": "x"}])");
+  expect_invalid({"--candidates", "L4-24GB", "--prices", negative}, "prices[0].usd_per_gpu_hour");
+  auto missing = temp_file("missing.json", R"([{"gpu": "L4-24GB", "usd_per_gpu_hour": 1, "source": "x"}])");
+  expect_invalid({"--candidates", "L4-24GB", "--prices", missing}, "prices[0].date");
+  auto nan = temp_file("nan.json", R"([{"gpu": "L4-24GB", "usd_per_gpu_hour": NaN, "date": "2026-11-30"}])");
+  expect_invalid({"--candidates", "L4-24GB", "--prices", nan}, "nan.json");
+  expect_invalid({"--candidates", "L4-24GB", "--prices", "/nonexistent/prices.json"}, "prices.json");
+}
+
+TEST(GpusCli, NothingFitsExitsThree) {
+  auto o = mist({"gpus", "--model", "llama2-70b", "--training", small_training(), "--space", "megatron",
+                 "--candidates", "L4-24GB", "--gpus", "1", "--json"});
+  EXPECT_EQ(o.code, kExitNoFit) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_FALSE(j["rows"][0]["feasible"].get<bool>());
+  EXPECT_GT(j["rows"][0]["shortfall_bytes"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace mist::cli
