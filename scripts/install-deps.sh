@@ -5,7 +5,7 @@ set -euo pipefail
 # LibTorch calls the BLAS the alternatives system selects, and the reference BLAS makes fp32
 # matmuls about 60x slower than OpenBLAS.
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev coinor-libcbc-dev
-  libtorch-dev libopenblas0-pthread)
+  libtorch-dev libopenblas0-pthread libsqlite3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,10 +19,15 @@ double eval(const sym::Expr& e, const sym::Bindings& at) {
 }
 
 LayerTimes layer_times(const graph::Layer& L, const sym::Bindings& at, const spec::ClusterSpec& c,
-                       spec::Dtype d, hardware::Group tp, bool selective, const TimeConstants& k) {
+                       spec::Dtype d, hardware::Group tp, bool selective, const TimeConstants& k,
+                       const profile::OpTable* table, profile::SourceCounts& sources) {
   LayerTimes r;
+  const std::string shape = table ? profile::shape_key(L.kind, at) : std::string();
   for (const auto& op : L.ops) {
-    const auto t = hardware::op_time(c.gpu, d, op, at, k.perf);
+    const auto resolved = profile::resolve_op(table, c.gpu, d, op, shape, at, k.perf);
+    const auto& t = resolved.time;
+    if (op.kind != "view") sources.add(resolved.fwd);
+    if (resolved.has_bwd) sources.add(resolved.bwd);
     r.fwd += t.fwd;
     r.bwd += t.bwd;
     if (op.attention_core) r.core_fwd += t.fwd;
@@ -80,9 +85,17 @@ StageTimer StageTimer::create(const spec::ModelSpec& m, const spec::ClusterSpec&
   at["b"] = static_cast<double>(p.micro_batch_size);
   at["t"] = static_cast<double>(p.tp);
   r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp);
-  r.blk_ = layer_times(lm.block, at, c, t.precision, r.place_.tp, selective, k);
-  r.emb_ = layer_times(lm.embedding, at, c, t.precision, r.place_.tp, selective, k);
-  r.head_ = layer_times(lm.head, at, c, t.precision, r.place_.tp, selective, k);
+  std::shared_ptr<const profile::OpTable> table = k.profile;
+  if (!table && !c.profile_db.empty()) {
+    auto loaded = profile::OpTable::load(c.profile_db);
+    if (loaded)
+      table = *loaded;
+    else
+      r.profile_error_ = Error{"cluster." + loaded.error().path, loaded.error().message};
+  }
+  r.blk_ = layer_times(lm.block, at, c, t.precision, r.place_.tp, selective, k, table.get(), r.sources_);
+  r.emb_ = layer_times(lm.embedding, at, c, t.precision, r.place_.tp, selective, k, table.get(), r.sources_);
+  r.head_ = layer_times(lm.head, at, c, t.precision, r.place_.tp, selective, k, table.get(), r.sources_);
   r.tied_params_ = eval(lm.tied_head_params, at);
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks).
@@ -224,6 +237,7 @@ Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::Cluste
                                     const TimeConstants& k) {
   MIST_CHECK(plan::validate_plan(p, m, c, t));
   const StageTimer timer = StageTimer::create(m, c, t, p, k);
+  if (timer.profile_error()) return std::unexpected(*timer.profile_error());
   const double G = static_cast<double>(p.grad_accum_steps), v = static_cast<double>(p.virtual_pipeline_stages);
   TimePrediction out;
   std::vector<double> T, D;
@@ -240,6 +254,7 @@ Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::Cluste
   out.steady_s = (G - 1) * mx;
   out.exposed_delta_s = out.iteration_time_s - out.pipeline_fill_s - out.steady_s;
 
+  out.op_sources = timer.op_sources();
   out.model_flops_per_iteration = timer.model_flops_per_iteration();
   const double gpus = static_cast<double>(c.num_gpus());
   out.tokens_per_s = static_cast<double>(t.global_batch_size * t.seq_length) / out.iteration_time_s;

@@ -7,12 +7,15 @@
 // docs/time-model.md explains each term and records the checks against published runs.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hardware/comm_model.hpp"
 #include "hardware/perf_model.hpp"
 #include "plan/plan.hpp"
+#include "profile/op_source.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
 #include "spec/training.hpp"
@@ -30,6 +33,9 @@ struct TimeConstants {
   double ddp_bucket_params = 40e6;
   // Adam on the CPU for offloaded optimizer states, parameters per second per GPU (estimate).
   double cpu_adam_params_per_s = 1e9;
+  // Measured op times to prefer to the analytical model (docs/profile.md). When null, the
+  // cluster's profile_db file, if it names one, is read (once per process).
+  std::shared_ptr<const profile::OpTable> profile;
 };
 
 struct TimeTerm {
@@ -56,6 +62,7 @@ struct TimePrediction {
   double model_flops_per_iteration = 0;  // 3 × forward matmul FLOPs, no recompute
   double model_tflops_per_gpu = 0;
   double mfu = 0;                 // model FLOP/s per GPU over the dense peak of the precision
+  profile::SourceCounts op_sources;  // where the op times of the embedding, a block and the head came from
 };
 
 // One layer's costs for one micro-batch on one GPU.
@@ -89,6 +96,14 @@ class StageTimer {
   StageTimeParts parts(const plan::StagePlan& st, int index) const;
   // 3 × forward matmul FLOPs of the whole model for one iteration (no recompute).
   double model_flops_per_iteration() const { return model_flops_; }
+  // Compute and TP times of one transformer block, the embedding and the head.
+  const LayerTimes& block_times() const { return blk_; }
+  const LayerTimes& embedding_times() const { return emb_; }
+  const LayerTimes& head_times() const { return head_; }
+  // Where the op times came from (each op of the three layers once, forward and backward apart),
+  // and why the profile database could not be read, if it could not (times are then analytical).
+  const profile::SourceCounts& op_sources() const { return sources_; }
+  const std::optional<Error>& profile_error() const { return profile_error_; }
 
  private:
   StageTimer() = default;
@@ -101,6 +116,8 @@ class StageTimer {
   double tied_params_ = 0;
   double p2p_s_ = 0;  // one boundary transfer
   double model_flops_ = 0;
+  profile::SourceCounts sources_;
+  std::optional<Error> profile_error_;
 };
 
 // Mist's closed form (reference/mist.md §9); `v` interleaved chunks per stage shorten the fill.

@@ -11,16 +11,17 @@
 #include "cli/commands.hpp"
 #include "core/json_fields.hpp"
 #include "executor/validation.hpp"
+#include "profile/database.hpp"
 
 namespace mist::cli {
 
 namespace {
 
 struct ValidateArgs {
-  bool quick = false, json = false, verbose = false, strict = false;
+  bool quick = false, json = false, verbose = false, strict = false, wall_clock = false;
   int reps = -1;  // -1: 2 with --quick, else 5
   int threads = 1;
-  std::string timings;
+  std::string timings, profile_db;
 };
 
 std::string mib(double bytes) { return fmt::format("{:.3f}", bytes / (1024.0 * 1024.0)); }
@@ -35,6 +36,7 @@ const char* term_description(const std::string& t) {
   if (t == "peak") return "activations of one block at their peak (activations + activation_transient)";
   if (t == "forward_peak") return "liveness: input + most bytes live during the forward";
   if (t == "backward_peak") return "liveness: most bytes live during the backward";
+  if (t == "block_time") return "forward+backward wall time of the layer, predicted from its ops' profile";
   return "";
 }
 
@@ -45,16 +47,21 @@ std::string text(const executor::ValidationReport& r) {
   for (const auto& c : r.cases) name_w = std::max(name_w, c.c.name.size());
   for (size_t i = 0; i < r.summary.size(); ++i) {
     const auto& s = r.summary[i];
-    out += fmt::format("{} ({}), bound {}\n", s.term, term_description(s.term), bound_text(s.bound));
-    out += fmt::format("  {:<{}} {:>{}} {:>{}} {:>9}\n", "case", name_w, "predicted MiB", width, "measured MiB",
-                       width, "error");
+    const bool time = s.term == "block_time";
+    out += fmt::format("{} ({}), bound {}{}\n", s.term, term_description(s.term), bound_text(s.bound),
+                       s.median_bound >= 0 ? fmt::format(", median {}", bound_text(s.median_bound)) : "");
+    out += fmt::format("  {:<{}} {:>{}} {:>{}} {:>9}{}\n", "case", name_w, time ? "predicted ms" : "predicted MiB", width,
+                       time ? "measured ms" : "measured MiB", width, "error", time ? "  op times from the profile" : "");
     for (const auto& c : r.cases) {
       const auto& t = c.terms[i];
       const std::string flag = t.ok              ? ""
                                : t.gap.empty() ? "  FAIL"
                                                : fmt::format("  known gap {}: {} with it", t.gap, percent(t.error_with_gap));
-      out += fmt::format("  {:<{}} {:>{}} {:>{}} {:>9}{}\n", c.c.name, name_w, mib(t.predicted), width,
-                         mib(t.measured), width, percent(t.error), flag);
+      const auto value = [&](double v) { return time ? fmt::format("{:.3f}", 1e3 * v) : mib(v); };
+      const auto& src = c.time.sources;
+      const std::string sources = time ? fmt::format("  {} of {}", src.exact, src.total()) : "";
+      out += fmt::format("  {:<{}} {:>{}} {:>{}} {:>9}{}{}\n", c.c.name, name_w, value(t.predicted), width,
+                         value(t.measured), width, percent(t.error), sources, flag);
     }
     out += "\n";
   }
@@ -62,6 +69,7 @@ std::string text(const executor::ValidationReport& r) {
   out += fmt::format("  {:<18} {:>9} {:>10} {:>10}  {}\n", "term", "bound", "max |err|", "median", "status");
   for (const auto& s : r.summary) {
     std::string status = s.bound < 0 ? "-" : s.ok ? "ok" : "FAIL";
+    if (s.median_bound >= 0) status += fmt::format(" (median bound {})", bound_text(s.median_bound));
     if (s.explained > 0) status += fmt::format(" ({} of {} beyond the bound, explained by a known gap)", s.explained, s.cases);
     out += fmt::format("  {:<18} {:>9} {:>10} {:>10}  {}\n", s.term, bound_text(s.bound),
                        fmt::format("{:.2f}%", 100 * s.max_abs_error), fmt::format("{:.2f}%", 100 * s.median_abs_error),
@@ -93,13 +101,21 @@ Json json(const executor::ValidationReport& r) {
                      {"dropout", run.dropout},
                      {"terms", terms},
                      {"scratch_peak_bytes", c.measured.scratch_peak_bytes},
+                     {"time", {{"predicted_forward_s", c.time.forward},
+                               {"predicted_backward_s", c.time.backward},
+                               {"measured_forward_s", c.measured_forward_s},
+                               {"measured_backward_s", c.measured_backward_s},
+                               {"op_sources", {{"exact", c.time.sources.exact},
+                                               {"scaled", c.time.sources.scaled},
+                                               {"analytical", c.time.sources.analytical}}}}},
                      {"seconds", c.seconds}});
   }
   Json summary = Json::array();
   for (const auto& s : r.summary)
     summary.push_back({{"term", s.term}, {"bound", s.bound}, {"cases", s.cases},
                        {"max_abs_error", s.max_abs_error}, {"median_abs_error", s.median_abs_error},
-                       {"explained_by_known_gap", s.explained}, {"ok", s.ok}});
+                       {"explained_by_known_gap", s.explained}, {"ok", s.ok},
+                       {"median_bound", s.median_bound >= 0 ? Json(s.median_bound) : Json(nullptr)}});
   return {{"device", "cpu"}, {"ok", r.ok}, {"cases", cases}, {"summary", summary}};
 }
 
@@ -107,18 +123,31 @@ int validate(const ValidateArgs& a, std::string& out, std::string& err) {
   executor::ValidationOptions o;
   o.quick = a.quick;
   o.strict = a.strict;
-  o.timing_reps = a.reps >= 0 ? a.reps : (a.quick ? 2 : 5);
+  o.timing_reps = a.reps >= 0 ? a.reps : (a.quick ? 3 : 5);
   o.threads = a.threads;
+  o.thread_cpu_clock = !a.wall_clock;
   if (a.verbose)
     o.on_case = [](const executor::CaseResult& c) {
       // Progress goes straight to stderr: a full sweep takes minutes.
-      fmt::print(stderr, "{:<52} saved {:+.2f}%  peak {:+.2f}%  ({:.1f} s)\n", c.c.name, 100 * c.terms[3].error,
-                 100 * c.terms[4].error, c.seconds);
+      fmt::print(stderr, "{:<52} saved {:+.2f}%  peak {:+.2f}%  time {:+.1f}%  ({:.1f} s)\n", c.c.name,
+                 100 * c.terms[3].error, 100 * c.terms[4].error, 100 * c.terms.back().error, c.seconds);
     };
   auto r = executor::run_validation(o);
   if (!r) {
     err = "mist: validate: " + r.error().to_string() + "\n";
     return kExitInternal;
+  }
+  if (!a.profile_db.empty()) {
+    auto db = profile::Database::open(a.profile_db);
+    if (!db) {
+      err = fmt::format("mist: validate: --profile-db: {}\n", db.error().message);
+      return kExitInvalidInput;
+    }
+    for (const auto& c : r->cases)
+      if (auto ok = db->upsert(c.profile); !ok) {
+        err = fmt::format("mist: validate: {}: {}\n", c.c.name, ok.error().to_string());
+        return kExitInternal;
+      }
   }
   if (!a.timings.empty()) {
     std::ofstream f(a.timings);
@@ -146,10 +175,14 @@ std::vector<Command> add_validate_command(CLI::App& app) {
   v->add_flag("--json", a->json, "print one JSON object instead of tables");
   v->add_flag("--strict", a->strict, "fail also where a known gap of the model explains an error (docs/validation.md)");
   v->add_flag("--verbose", a->verbose, "print each block's result to stderr as it is measured");
-  v->add_option("--reps", a->reps, "timed forward+backward repetitions per block (default 2 quick, 5 full)")
-      ->check(CLI::Range(0, 100));
+  v->add_option("--reps", a->reps,
+                "timed forward+backward repetitions per block, op by op and then whole (default 3 quick, 5 full)")
+      ->check(CLI::Range(1, 100));
+  v->add_flag("--wall-clock", a->wall_clock,
+              "time with the wall clock (default with one thread: the thread's CPU time, robust to a busy machine)");
   v->add_option("--threads", a->threads, "intra-op threads of LibTorch and OpenBLAS (default 1)")->check(CLI::Range(1, 1024));
-  v->add_option("--timings", a->timings, "write per-op wall times (CSV, docs/validation.md) to this file");
+  v->add_option("--timings", a->timings, "write per-op wall times (profile CSV rows, docs/profile.md) to this file");
+  v->add_option("--profile-db", a->profile_db, "also store the per-op wall times in this profile database (docs/profile.md)");
   return {{v, [a](std::string& out, std::string& err) { return validate(*a, out, err); }}};
 }
 

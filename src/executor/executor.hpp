@@ -33,7 +33,13 @@ struct BlockRun {
   bool flash_attention = false;
   bool dropout = false;
   int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
-  int timing_reps = 0;    // timed forward+backward repetitions after the step
+  int timing_reps = 0;    // timed forward+backward repetitions after the step, op by op
+  // Further timed repetitions of the whole layer with no per-op timing; when > 0 the "block" times
+  // come from them, so that a block's time and its ops' times are separate measurements.
+  int block_timing_reps = 0;
+  // Time with the calling thread's CPU time instead of the wall clock (functions.hpp): with one
+  // intra-op thread, what the work takes when the machine is not shared.
+  bool thread_cpu_clock = false;
   int threads = 0;        // intra-op threads (LibTorch and OpenBLAS); 0 keeps the current setting
   uint64_t seed = 0;      // weights, input and output gradient are drawn from it
 };

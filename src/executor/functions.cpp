@@ -1,5 +1,8 @@
 #include "executor/functions.hpp"
 
+#include <chrono>
+#include <ctime>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -20,6 +23,21 @@ void mm_into(at::Tensor out, const at::Tensor& a, const at::Tensor& b) {
 }  // namespace detail
 
 void set_op_sink(std::vector<OpSample>* sink) { detail::g_sink = sink; }
+
+namespace {
+bool g_thread_cpu_clock = false;
+}
+
+void use_thread_cpu_clock(bool on) { g_thread_cpu_clock = on; }
+
+double clock_seconds() {
+  if (g_thread_cpu_clock) {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 namespace {
 

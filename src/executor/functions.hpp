@@ -27,6 +27,11 @@ struct OpSample {
   int64_t live_after = 0;   // live activation bytes when the op returned
   int64_t peak_inside = 0;  // most live activation bytes while it ran
 };
+// The clock of op and pass times: wall time, or the CPU time of the calling thread, which with one
+// intra-op thread is the wall time the work would take on a machine nobody else uses (the time
+// the thread spends descheduled is left out).
+void use_thread_cpu_clock(bool on);
+double clock_seconds();
 // Where op samples go (nullptr: nowhere).
 void set_op_sink(std::vector<OpSample>* sink);
 

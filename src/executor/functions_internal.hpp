@@ -22,12 +22,12 @@ inline Phase forward_phase() { return g_recomputing ? Phase::kRecompute : Phase:
 // Records one sample for `op` when it goes out of scope.
 class Timed {
  public:
-  Timed(int op, Phase phase) : op_(op), phase_(phase), t0_(std::chrono::steady_clock::now()) {
+  Timed(int op, Phase phase) : op_(op), phase_(phase), t0_(clock_seconds()) {
     if (g_sink != nullptr) reset_window_peak();
   }
   ~Timed() {
     if (g_sink == nullptr) return;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const double s = clock_seconds() - t0_;
     g_sink->push_back({op_, phase_, s, live_bytes(AllocClass::kActivation), window_peak_bytes()});
   }
   Timed(const Timed&) = delete;
@@ -36,7 +36,7 @@ class Timed {
  private:
   int op_;
   Phase phase_;
-  std::chrono::steady_clock::time_point t0_;
+  double t0_;
 };
 
 // Non-tensor arguments travel through saved_data as integers.

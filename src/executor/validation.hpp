@@ -14,6 +14,8 @@
 
 #include "core/result.hpp"
 #include "executor/executor.hpp"
+#include "profile/database.hpp"
+#include "profile/op_source.hpp"
 
 namespace mist::executor {
 
@@ -35,6 +37,14 @@ struct BlockPrediction {
 };
 Result<BlockPrediction> predict_block(const BlockRun& r);
 
+// A layer's forward and backward time predicted from per-op profile rows through the time model
+// (StageTimer on this CPU, the rows as its profile), recompute included.
+struct BlockTimePrediction {
+  double forward = 0, backward = 0;  // seconds
+  profile::SourceCounts sources;     // where the layer's op times came from
+};
+Result<BlockTimePrediction> predict_block_time(const BlockRun& r, const std::vector<profile::Measurement>& rows);
+
 struct TermCheck {
   std::string term;
   double predicted = 0, measured = 0;
@@ -51,8 +61,11 @@ struct CaseResult {
   ValidationCase c;
   BlockMeasurement measured;
   BlockPrediction predicted;
-  std::vector<TermCheck> terms;
+  std::vector<TermCheck> terms;  // memory terms, then block_time (seconds)
   double seconds = 0;  // wall time of the measurement
+  std::vector<profile::Measurement> profile;  // the op times measured, as profile rows
+  BlockTimePrediction time;                   // predicted from `profile`
+  double measured_forward_s = 0, measured_backward_s = 0;  // the layer's own passes, medians
 };
 
 struct TermSummary {
@@ -62,6 +75,7 @@ struct TermSummary {
   double max_abs_error = 0, median_abs_error = 0;
   int explained = 0;  // cases out of bound but accounted for by a known gap
   bool ok = true;     // every case within the bound or explained (strict: within the bound)
+  double median_bound = -1;  // largest median |error| allowed (block_time); < 0: none
 };
 
 struct ValidationReport {
@@ -75,12 +89,16 @@ struct ValidationOptions {
   bool strict = false;  // a known gap does not excuse an error beyond its bound
   int timing_reps = 3;
   int threads = 1;  // one thread: reproducible op times on a shared machine
+  // Op and layer times in the thread's CPU time (with one thread; executor.hpp) rather than wall
+  // time: the machine CI and the developers share runs other builds at the same time.
+  bool thread_cpu_clock = true;
   std::function<void(const CaseResult&)> on_case;  // progress, called after each case
 };
 
 Result<ValidationReport> run_validation(const ValidationOptions& o);
 
-// One row per (case, op, phase): median, min and max seconds over the timed repetitions.
+// The op times of every case as profile rows (profile/csv_rows.hpp) after a "case" column;
+// `mist profile import` reads it.
 std::string timings_csv(const ValidationReport& r);
 
 }  // namespace mist::executor

@@ -2,6 +2,7 @@
 #include "spec/cluster.hpp"
 
 #include <array>
+#include <filesystem>
 #include <limits>
 
 #include <fmt/format.h>
@@ -169,7 +170,8 @@ Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what) {
   MIST_TRY(JsonFields f, JsonFields::of(j, what));
   MIST_SPEC_CHECK(f.reject_unknown({"gpu", "nodes", "gpus_per_node", "intra_node_GBps",
                                     "intra_node_latency_us", "inter_node_GBps",
-                                    "inter_node_latency_us", "pcie_GBps", "host_memory_GiB"}));
+                                    "inter_node_latency_us", "pcie_GBps", "host_memory_GiB",
+                                    "profile_db"}));
   ClusterSpec c;
   MIST_TRY(c.gpu, cluster_gpu(f));
   MIST_TRY(c.nodes, f.integer("nodes", 1, kMaxNodes));
@@ -191,12 +193,15 @@ Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what) {
   MIST_TRY(c.pcie_bw, read_number_or(f, "pcie_GBps", pcie, kGB, kMaxGBps));
   MIST_TRY(c.host_memory_bytes,
            read_number_or(f, "host_memory_GiB", c.gpu.default_host_memory_bytes, kGiB, kMaxGiB));
+  MIST_TRY(c.profile_db, f.string_or("profile_db", ""));
+  if (f.has("profile_db") && c.profile_db.empty())
+    return fail(f.field_path("profile_db"), "must name a profile database file (docs/profile.md)");
   return c;
 }
 
 Json cluster_to_json(const ClusterSpec& c) {
   using detail::in_unit;
-  return Json{{"gpu", gpu_to_json(c.gpu)},
+  Json j{{"gpu", gpu_to_json(c.gpu)},
               {"nodes", c.nodes},
               {"gpus_per_node", c.gpus_per_node},
               {"intra_node_GBps", in_unit(c.intra_node_bw, kGB)},
@@ -205,10 +210,16 @@ Json cluster_to_json(const ClusterSpec& c) {
               {"inter_node_latency_us", in_unit(c.inter_node_latency, kMicrosecond)},
               {"pcie_GBps", in_unit(c.pcie_bw, kGB)},
               {"host_memory_GiB", in_unit(c.host_memory_bytes, kGiB)}};
+  if (!c.profile_db.empty()) j["profile_db"] = c.profile_db;
+  return j;
 }
 
 Result<ClusterSpec> load_cluster(const std::string& path) {
-  return load_json_as(path, "cluster", cluster_from_json);
+  MIST_TRY(auto c, load_json_as(path, "cluster", cluster_from_json));
+  // A relative profile_db names a file next to the cluster file.
+  if (!c.profile_db.empty() && std::filesystem::path(c.profile_db).is_relative())
+    c.profile_db = (std::filesystem::path(path).parent_path() / c.profile_db).string();
+  return c;
 }
 
 }  // namespace mist::spec
