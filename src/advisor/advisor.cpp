@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -175,12 +176,24 @@ Result<Comparison> compare_gpus(const spec::ModelSpec& m, const spec::TrainingSp
       cells.push_back(std::move(*c));
     }
   }
+  // Bigger clusters have more layouts and take longer: start them first so that the threads
+  // finish together instead of one tuning the 64-GPU cell alone at the end.
+  std::stable_sort(cells.begin(), cells.end(),
+                   [](const spec::ClusterSpec& a, const spec::ClusterSpec& b) { return a.num_gpus() > b.num_gpus(); });
   // Cells are independent and the tuner keeps no shared mutable state, so a few threads take
   // cells from a shared counter; each writes only its own row.
   std::vector<Row> rows(cells.size());
   std::atomic<size_t> next{0};
+  size_t done = 0;
+  std::mutex progress_mutex;
   auto worker = [&] {
-    for (size_t i = next++; i < cells.size(); i = next++) rows[i] = tune_cell(m, t, cells[i], o);
+    for (size_t i = next++; i < cells.size(); i = next++) {
+      rows[i] = tune_cell(m, t, cells[i], o);
+      if (o.progress) {
+        std::lock_guard lock(progress_mutex);
+        o.progress(++done, cells.size());
+      }
+    }
   };
   const int threads = std::clamp<int>(o.threads, 1, static_cast<int>(cells.size()));
   {

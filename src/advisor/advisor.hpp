@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,6 +28,9 @@ struct AdvisorOptions {
   tuner::SearchSpace space;               // what the tuner searches in every cell
   std::vector<GpuPrice> prices;           // US$ per GPU-hour by GPU type (may miss some)
   int threads = 2;                        // cells tuned at once (the tuner is re-entrant)
+  // Called after each cell with (cells done, cells in all), from the worker threads but never
+  // two at once. May be empty.
+  std::function<void(size_t done, size_t total)> progress;
 };
 
 // Money for one cell; all zero when there is no price.

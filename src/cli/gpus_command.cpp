@@ -1,5 +1,9 @@
 // `mist gpus`: the tuned plan, throughput, time and cost of a job on each candidate GPU type and
 // count (src/advisor, docs/gpus.md).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <memory>
 
 #include <fmt/format.h>
@@ -7,7 +11,6 @@
 #include "advisor/advisor.hpp"
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
-#include "cli/report.hpp"
 
 namespace mist::cli {
 
@@ -145,6 +148,14 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
   o.tokens = a.tokens;
   if (a.gpus_per_node != 0) o.gpus_per_node = a.gpus_per_node;
   o.threads = a.threads;
+  if (isatty(STDERR_FILENO))
+    o.progress = [](size_t done, size_t total) {
+      if (done < total)
+        std::fprintf(stderr, "\rtuned %zu of %zu cells (GPU type x count)", done, total);
+      else
+        std::fprintf(stderr, "\r%50s\r", "");
+      std::fflush(stderr);
+    };
   const auto& defaults = advisor::default_prices();
   if (!defaults) {
     err = "mist: internal error: the built-in price table is malformed: " + defaults.error().to_string() + "\n";

@@ -112,7 +112,13 @@ TEST(Advisor, ThreadsDoNotChangeTheAnswer) {
   o.threads = 1;
   auto one = compare_gpus(*m, training(32, 2048), o);
   o.threads = 2;
+  std::vector<size_t> reported;
+  o.progress = [&](size_t done, size_t total) {
+    EXPECT_EQ(total, 6u);
+    reported.push_back(done);
+  };
   auto two = compare_gpus(*m, training(32, 2048), o);
+  EXPECT_EQ(reported, (std::vector<size_t>{1, 2, 3, 4, 5, 6}));
   ASSERT_TRUE(one.has_value() && two.has_value());
   ASSERT_EQ(one->rows.size(), 6u);
   ASSERT_EQ(two->rows.size(), 6u);
