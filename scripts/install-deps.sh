@@ -4,7 +4,7 @@ set -euo pipefail
 # libtorch-dev: the LibTorch executor behind `mist validate`; libopenblas0-pthread: Debian's
 # LibTorch calls the BLAS the alternatives system selects, and the reference BLAS makes fp32
 # matmuls about 60x slower than OpenBLAS.
-packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev coinor-libcbc-dev
+packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev coinor-libcbc-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread libsqlite3-dev)
 missing=()
 for p in "${packages[@]}"; do

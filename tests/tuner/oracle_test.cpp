@@ -253,12 +253,12 @@ TEST_P(TunerOracle, HierarchicalWithinOnePercentOfExhaustive) {
   if (const char* path = std::getenv("MIST_ORACLE_TABLE")) std::ofstream(path, std::ios::app) << row << "\n";
 }
 
-// ~10x slower under ASan: a third of the jobs there (every space still appears).
+// The Debug ASan+UBSan build is far slower: there every fourth job runs (all five spaces still do).
 std::vector<size_t> job_indices() {
   std::vector<size_t> out;
   for (size_t k = 0; k < jobs().size(); ++k) {
 #if defined(__SANITIZE_ADDRESS__)
-    if (k % 3 != 0) continue;
+    if (k % 4 != 0) continue;
 #endif
     out.push_back(k);
   }

@@ -1,0 +1,67 @@
+// `mist tune` end to end (issue 5), one iteration each, wall-clock time (UseRealTime):
+//   Tune/gpt3-1.3b/1x4xL4            GBS 64, s 2048, fp16, flash
+//   Tune/mist-gpt-22b/4x8xL4         GBS 512, s 2048, fp16, flash (Mist's tuning-time job; target 10 s)
+//   Sweep/GPUs/mist-gpt-22b/{1,2}x8xL4, Sweep/Layers/mist-gpt-22b-L{24,96}/4x8xL4: growth
+//   Large/llama2-70b/8x8xH100        GBS 1024, s 4096, bf16, flash (Llama 2's 4M-token batch; 30 s)
+//   Large/gpt3-175b/128x8xA100-80GB  GBS 1536, s 2048, bf16, flash (SC21's 175B run; 2 minutes)
+// The Large ones take minutes and run only when asked for (scripts/bench.sh --large).
+// Counters: layouts, stage settings costed, settings that fit, the best plan's predicted
+// iteration time (0 when nothing fits).
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "jobs.hpp"
+#include "tuner/tuner.hpp"
+
+namespace mist::bench {
+namespace {
+
+void tune_job(benchmark::State& state, const spec::ModelSpec& m, const spec::ClusterSpec& c,
+              const spec::TrainingSpec& t) {
+  tuner::TuneOptions o;
+  o.space = *tuner::named_space("mist");
+  o.top = 1;
+  for (auto _ : state) {
+    auto r = tuner::tune(m, c, t, o);
+    if (!r) {
+      state.SkipWithError(r.error().to_string().c_str());
+      return;
+    }
+    state.counters["layouts"] = static_cast<double>(r->stats.layouts);
+    state.counters["settings"] = static_cast<double>(r->stats.stage_settings_evaluated);
+    state.counters["feasible"] = static_cast<double>(r->stats.stage_settings_feasible);
+    state.counters["iteration_s"] = r->best.empty() ? 0.0 : r->best[0].iteration_time_s;
+    state.counters["settings_per_s"] =
+        benchmark::Counter(static_cast<double>(r->stats.stage_settings_evaluated), benchmark::Counter::kIsRate);
+  }
+}
+
+const spec::TrainingSpec kL4Run = training(512, 2048, spec::Dtype::kFp16);
+
+void register_all() {
+  auto add = [](const std::string& name, spec::ModelSpec m, spec::ClusterSpec c, spec::TrainingSpec t) {
+    benchmark::RegisterBenchmark(name.c_str(), [m, c, t](benchmark::State& s) { tune_job(s, m, c, t); })
+        ->Iterations(1)
+        ->UseRealTime()
+        ->Unit(benchmark::kSecond);
+  };
+  add("Tune/gpt3-1.3b/1x4xL4", model("gpt3-1.3b"), cluster("L4-24GB", 1, 4), training(64, 2048, spec::Dtype::kFp16));
+  add("Tune/mist-gpt-22b/4x8xL4", model("mist-gpt-22b"), cluster("L4-24GB", 4, 8), kL4Run);
+  // The 4×8 GPU, 48-layer point of both sweeps is Tune/mist-gpt-22b/4x8xL4.
+  for (int nodes : {1, 2})
+    add("Sweep/GPUs/mist-gpt-22b/" + std::to_string(nodes) + "x8xL4", model("mist-gpt-22b"), cluster("L4-24GB", nodes, 8),
+        kL4Run);
+  for (int layers : {24, 96})
+    add("Sweep/Layers/mist-gpt-22b-L" + std::to_string(layers) + "/4x8xL4", model("mist-gpt-22b", layers),
+        cluster("L4-24GB", 4, 8), kL4Run);
+  add("Large/llama2-70b/8x8xH100", model("llama2-70b"), cluster("H100-SXM5-80GB", 8, 8),
+      training(1024, 4096, spec::Dtype::kBf16));
+  add("Large/gpt3-175b/128x8xA100-80GB", model("gpt3-175b"), cluster("A100-SXM4-80GB", 128, 8),
+      training(1536, 2048, spec::Dtype::kBf16));
+}
+
+const bool registered = (register_all(), true);
+
+}  // namespace
+}  // namespace mist::bench
