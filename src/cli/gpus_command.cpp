@@ -208,7 +208,8 @@ std::vector<Command> add_gpus_command(CLI::App& app) {
   g->add_option("--prices", a->prices,
                 "JSON file of [{\"gpu\", \"usd_per_gpu_hour\", \"date\", \"source\"}] replacing the built-in prices");
   g->add_option("--space", a->space, "search space: mist, megatron or deepspeed")->capture_default_str();
-  g->add_option("--gpus-per-node", a->gpus_per_node, "node size for every GPU type (default: the catalog's)");
+  g->add_option("--gpus-per-node", a->gpus_per_node, "node size for every GPU type (default: the catalog's)")
+      ->check(CLI::Range(1, 64));
   g->add_option("--threads", a->threads, "cells tuned at once")->check(CLI::Range(1, 64))->capture_default_str();
   g->add_flag("--fast", a->fast, "coarser offload grid {0, 0.5, 1} (mist space): faster, may miss a little");
   g->add_flag("--json", a->json, "print {rows: [...], smallest_fitting} as JSON");

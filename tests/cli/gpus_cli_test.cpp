@@ -104,6 +104,7 @@ TEST(GpusCli, BadInputExitsTwoNamingTheField) {
   expect_invalid({"--candidates", "L4-24GB", "--gpus", "0"}, "--gpus");
   expect_invalid({"--candidates", "L4-24GB", "--gpus", "-8"}, "--gpus");
   expect_invalid({"--candidates", "H100-SXM5-80GB", "--gpus", "12"}, "whole nodes");
+  expect_invalid({"--candidates", "H100-SXM5-80GB", "--gpus", "12", "--gpus-per-node", "0"}, "--gpus-per-node");
   expect_invalid({"--candidates", "L4-24GB", "--tokens", "0"}, "--tokens");
   expect_invalid({"--candidates", "L4-24GB", "--tokens", "-1e12"}, "--tokens");
   auto negative = temp_file("neg.json", R"([{"gpu": "L4-24GB", "usd_per_gpu_hour": -1, "date": "2026-11-30",
