@@ -172,10 +172,10 @@ def main():
             del out, outs, grads
         forward = block_forward(family, h, a, g, f, s, b, dev)
         x = (torch.randn(s, b, h, device=dev, dtype=torch.bfloat16)).requires_grad_()
-        row("block", "block", shape, "forward", timed(lambda: forward(x), args.reps, args.warmup))
+        row("block", "layer", shape, "forward", timed(lambda: forward(x), args.reps, args.warmup))
         y = forward(x)
         gy = torch.randn_like(y)
-        row("block", "block", shape, "backward",
+        row("block", "layer", shape, "backward",
             timed(lambda: torch.autograd.backward(y, gy, retain_graph=True), args.reps, args.warmup))
         del y
         torch.cuda.synchronize()

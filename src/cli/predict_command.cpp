@@ -9,6 +9,7 @@
 #include "cli/job.hpp"
 #include "cli/pipeline_job.hpp"
 #include "export/megatron.hpp"
+#include "profile/op_source.hpp"
 #include "cli/report.hpp"
 
 namespace mist::cli {
@@ -64,6 +65,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   }
   if (a.json) {
     Json j = prediction_json(*job, *pred);
+    j["op_time_sources"] = profile::to_json(pred->time.op_sources);  // docs/profile.md
     if (!notes.empty()) j["import_notes"] = notes;
     if (simulated) {
       j["closed_form_iteration_time_s"] = pred->time.iteration_time_s;
@@ -77,6 +79,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
     out = j.dump(2) + "\n";
   } else {
     out = explain ? explanation_text(*job, *pred) : prediction_text(*job, *pred);
+    if (explain) out += profile::describe(pred->time.op_sources) + " (docs/profile.md)\n";
     for (const auto& n : notes) out += "note (from the Megatron flags): " + n + "\n";
     if (simulated)
       out += fmt::format("simulated iteration (1F1B event simulation): {} (closed form {}, {:+.2f}%)\n",

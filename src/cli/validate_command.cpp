@@ -86,7 +86,8 @@ Json json(const executor::ValidationReport& r) {
     const auto& run = c.c.run;
     Json terms = Json::object();
     for (const auto& t : c.terms)
-      terms[t.term] = {{"predicted_bytes", t.predicted}, {"measured_bytes", t.measured},
+      terms[t.term] = {{t.term == "block_time" ? "predicted_s" : "predicted_bytes", t.predicted},
+                       {t.term == "block_time" ? "measured_s" : "measured_bytes", t.measured},
                        {"error", std::isfinite(t.error) ? Json(t.error) : Json(nullptr)},
                        {"bound", t.bound}, {"ok", t.ok}};
     for (const auto& t : c.terms)

@@ -84,13 +84,17 @@ Result<std::vector<profile::Measurement>> profile_rows(const BlockRun& r, const 
   std::vector<profile::Measurement> rows;
   for (const auto& ot : m.times) {
     if (ot.seconds.empty()) continue;
-    std::string kind = "block";
-    if (ot.op != "block") {
+    // The whole layer's rows are named after the layer ("block", "embedding", "head"): the
+    // embedding and the head share a shape key.
+    std::string op = ot.op, kind = "layer";
+    if (ot.op == "block") {
+      op = L.name;
+    } else {
       auto it = std::find_if(L.ops.begin(), L.ops.end(), [&](const graph::Op& o) { return o.name == ot.op; });
       if (it == L.ops.end()) return fail("op", fmt::format("'{}' is not an op of the lowered {}", ot.op, L.name));
       kind = it->kind;
     }
-    profile::Measurement row{"cpu", ot.op, shape, spec::to_string(r.dtype), ot.phase, kind,
+    profile::Measurement row{"cpu", op, shape, spec::to_string(r.dtype), ot.phase, kind,
                              percentile(ot.seconds, 0.5), percentile(ot.seconds, 0.1), percentile(ot.seconds, 0.9),
                              static_cast<int64_t>(ot.seconds.size()), source, date};
     // A kernel faster than the clock's resolution reads 0 s: keep it at one clock tick.

@@ -23,8 +23,8 @@ std::string profile_source(int threads, bool thread_cpu_clock);
 // Today's date, ISO 8601.
 std::string today();
 
-// One row per (op, pass) of the timed repetitions, median and 10th/90th percentiles, and one
-// "block" row per pass for the whole layer. Ops re-run by a checkpointed block's backward get
+// One row per (op, pass) of the timed repetitions, median and 10th/90th percentiles, and one row
+// per pass for the whole layer (op "block", "embedding" or "head", kind "layer"). Ops re-run by a checkpointed block's backward get
 // pass "recompute" (kept for the record; the time model uses the forward's).
 Result<std::vector<profile::Measurement>> profile_rows(const BlockRun& r, const BlockMeasurement& m,
                                                        const std::string& source, const std::string& date);

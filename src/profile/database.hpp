@@ -20,7 +20,7 @@ inline constexpr int kSchemaVersion = 1;
 struct Measurement {
   // The key.
   std::string device;  // catalog name of the device ("cpu", "H100-SXM5-80GB")
-  std::string op;      // the lowering's op name ("attn.qkv"), or "block" for a whole layer
+  std::string op;      // the lowering's op name ("attn.qkv"), or "block"/"embedding"/"head" for a whole layer
   std::string shape;   // shape key (op_source.hpp: shape_key), "b=2;s=256;h=512;..."
   std::string dtype;   // "fp32", "bf16", "fp16"
   std::string pass;    // "forward", "backward" (or "recompute": kept, never looked up)

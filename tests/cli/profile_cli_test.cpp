@@ -88,6 +88,23 @@ TEST(ProfileDb, PredictUsesTheDatabaseAndRefusesAMissingOne) {
                     Json::parse(base.out)["iteration_time_s"].get<double>();
   EXPECT_GT(dt, 0.5 * 128 * 20 * 0.01);  // the slowest stage's 20 blocks, every micro-batch
   EXPECT_LT(dt, 1.0 * 128 * 40 * 0.01);
+  // The sources are counted: one op's forward measured, the rest analytical; explain says so.
+  const auto sources = Json::parse(slow.out)["op_time_sources"];
+  EXPECT_EQ(sources["exact"], 1);
+  EXPECT_EQ(sources["scaled"], 0);
+  EXPECT_GT(sources["analytical"].get<int>(), 10);
+  EXPECT_EQ(Json::parse(base.out)["op_time_sources"]["exact"], 0);
+  auto explain = mist({"explain", "--model", "gpt3-13b", "--cluster", cluster("slow.db"), "--training", training,
+                       "--plan", plan});
+  ASSERT_EQ(explain.code, 0) << explain.err;
+  EXPECT_NE(explain.out.find("op times: 1 measured on this device, 0 scaled"), std::string::npos);
+
+  // On an H100 the A100 row is scaled (the H100 is faster: the change is smaller than on the A100).
+  const auto h100 = t.write("h100.json", R"({"gpu": "H100-SXM5-80GB", "nodes": 2, "gpus_per_node": 8, "profile_db": "slow.db"})");
+  auto scaled = mist({"predict", "--model", "gpt3-13b", "--cluster", h100, "--training", training, "--plan", plan, "--json"});
+  ASSERT_EQ(scaled.code, 0) << scaled.err;
+  EXPECT_EQ(Json::parse(scaled.out)["op_time_sources"]["scaled"], 1);
+  EXPECT_EQ(Json::parse(scaled.out)["op_time_sources"]["exact"], 0);
 }
 
 }  // namespace
