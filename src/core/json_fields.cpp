@@ -34,6 +34,11 @@ Result<Json> parse_json_text(std::string_view text, const std::string& what) {
     std::string msg = e.what();
     if (auto pos = msg.find("parse error"); pos != std::string::npos) msg = msg.substr(pos);
     return fail(what, "malformed JSON: " + msg);
+  } catch (const Json::exception& e) {
+    // A number beyond double's range ("1e400") is an out_of_range error, not a parse_error.
+    std::string msg = e.what();
+    if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
+    return fail(what, "malformed JSON: " + msg);
   }
 }
 

@@ -7,7 +7,42 @@ namespace mist::plan {
 namespace {
 
 constexpr int64_t kMaxDegree = 1 << 20;
+constexpr int64_t kMaxTp = 1024;
+constexpr int64_t kMaxPp = 100000;
 constexpr int64_t kMaxBatch = 1'000'000'000;
+constexpr int64_t kMaxVirtual = 1024;
+constexpr int64_t kMaxStageLayers = 100000;
+
+// The parse-time bounds again, for plans built in code (importers, the tuner, tests): validate_plan
+// is the one gate before a plan reaches the models, so a stage without layers or a fraction of 2
+// stops here with the field named, as it would in a plan file.
+Result<void> check_ranges(const Plan& p) {
+  auto in = [](const std::string& path, auto v, auto lo, auto hi) -> Result<void> {
+    if (!(v >= lo && v <= hi)) return fail(path, fmt::format("must be within [{}, {}], got {}", lo, hi, v));
+    return {};
+  };
+  MIST_CHECK(in("plan.dp", p.dp, int64_t{1}, kMaxDegree));
+  MIST_CHECK(in("plan.tp", p.tp, int64_t{1}, kMaxTp));
+  MIST_CHECK(in("plan.pp", p.pp, int64_t{1}, kMaxPp));
+  MIST_CHECK(in("plan.micro_batch_size", p.micro_batch_size, int64_t{1}, kMaxBatch));
+  MIST_CHECK(in("plan.grad_accum_steps", p.grad_accum_steps, int64_t{1}, kMaxBatch));
+  MIST_CHECK(in("plan.virtual_pipeline_stages", p.virtual_pipeline_stages, int64_t{1}, kMaxVirtual));
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const StagePlan& s = p.stages[i];
+    const std::string at = fmt::format("plan.stages[{}]", i);
+    if (s.num_layers < 1)
+      return fail(at + ".num_layers", fmt::format("must be at least 1, got {} (more pipeline stages than layers?)",
+                                                  s.num_layers));
+    MIST_CHECK(in(at + ".num_layers", s.num_layers, int64_t{1}, kMaxStageLayers));
+    MIST_CHECK(in(at + ".zero", s.zero, 0, 3));
+    MIST_CHECK(in(at + ".ckpt_layers", s.ckpt_layers, int64_t{0}, s.num_layers));
+    MIST_CHECK(in(at + ".offload.weights", s.offload.weights, 0.0, 1.0));
+    MIST_CHECK(in(at + ".offload.gradients", s.offload.gradients, 0.0, 1.0));
+    MIST_CHECK(in(at + ".offload.optimizer_states", s.offload.optimizer_states, 0.0, 1.0));
+    MIST_CHECK(in(at + ".offload.activations", s.offload.activations, 0.0, 1.0));
+  }
+  return {};
+}
 
 Result<Offload> offload_from_json(const Json& j, const std::string& path) {
   MIST_TRY(auto f, JsonFields::of(j, path));
@@ -24,10 +59,10 @@ Result<StagePlan> stage_from_json(const Json& j, const std::string& path) {
   MIST_TRY(auto f, JsonFields::of(j, path));
   MIST_CHECK(f.reject_unknown({"num_layers", "zero", "ckpt_layers", "offload"}));
   StagePlan s;
-  MIST_TRY(s.num_layers, f.integer("num_layers", 1, 100000));
+  MIST_TRY(s.num_layers, f.integer("num_layers", 1, kMaxStageLayers));
   MIST_TRY(int64_t zero, f.integer_or("zero", 0, 0, 3));
   s.zero = static_cast<int>(zero);
-  MIST_TRY(s.ckpt_layers, f.integer_or("ckpt_layers", 0, 0, 100000));
+  MIST_TRY(s.ckpt_layers, f.integer_or("ckpt_layers", 0, 0, kMaxStageLayers));
   if (s.ckpt_layers > s.num_layers)
     return fail(f.field_path("ckpt_layers"),
                 fmt::format("{} recomputed blocks but the stage has only {}", s.ckpt_layers, s.num_layers));
@@ -53,12 +88,12 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
                                           "comment"}));
   Plan p;
   MIST_TRY(p.dp, f.integer("dp", 1, kMaxDegree));
-  MIST_TRY(p.tp, f.integer("tp", 1, 1024));
-  MIST_TRY(p.pp, f.integer("pp", 1, 100000));
+  MIST_TRY(p.tp, f.integer("tp", 1, kMaxTp));
+  MIST_TRY(p.pp, f.integer("pp", 1, kMaxPp));
   MIST_TRY(p.sequence_parallel, f.boolean_or("sequence_parallel", false));
   MIST_TRY(p.micro_batch_size, f.integer("micro_batch_size", 1, kMaxBatch));
   MIST_TRY(p.grad_accum_steps, f.integer("grad_accum_steps", 1, kMaxBatch));
-  MIST_TRY(p.virtual_pipeline_stages, f.integer_or("virtual_pipeline_stages", 1, 1, 1024));
+  MIST_TRY(p.virtual_pipeline_stages, f.integer_or("virtual_pipeline_stages", 1, 1, kMaxVirtual));
   MIST_TRY(std::string rc, f.choice_or("recompute", "none", {"none", "selective"}));
   p.recompute = rc == "selective" ? Recompute::kSelective : Recompute::kNone;
   MIST_TRY(p.overlap_grad_reduce, f.boolean_or("overlap_grad_reduce", true));
@@ -115,9 +150,10 @@ Result<void> validate_precision(const spec::ClusterSpec& c, const spec::Training
 
 Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                            const spec::TrainingSpec& t) {
+  MIST_CHECK(check_ranges(p));
   if (static_cast<int64_t>(p.stages.size()) != p.pp)
     return fail("plan.stages", fmt::format("has {} entries but pp is {}", p.stages.size(), p.pp));
-  // Degrees are bounded at parse time, so these products cannot overflow.
+  // Degrees are within check_ranges (dp 2^20, tp 1024, pp 1e5), so dp·tp·pp cannot overflow.
   const int64_t gpus = p.dp * p.tp * p.pp;
   if (gpus != c.num_gpus())
     return fail("plan", fmt::format("dp·tp·pp = {}·{}·{} = {} but the cluster has {} GPUs ({} nodes × {})",
@@ -126,7 +162,14 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
   for (const auto& s : p.stages) layers += s.num_layers;
   if (layers != m.num_layers)
     return fail("plan.stages", fmt::format("layers add up to {} but the model has {}", layers, m.num_layers));
-  const int64_t samples = p.micro_batch_size * p.dp * p.grad_accum_steps;
+  // micro_batch_size and grad_accum_steps may each be up to 1e9: their product with dp can pass
+  // 2^63, and a wrapped product must not match the global batch by accident.
+  int64_t samples = 0;
+  if (__builtin_mul_overflow(p.micro_batch_size, p.dp, &samples) ||
+      __builtin_mul_overflow(samples, p.grad_accum_steps, &samples))
+    return fail("plan", fmt::format("micro_batch_size·dp·grad_accum_steps = {}·{}·{} exceeds 2^63; "
+                                    "training.global_batch_size is {}",
+                                    p.micro_batch_size, p.dp, p.grad_accum_steps, t.global_batch_size));
   if (samples != t.global_batch_size)
     return fail("plan", fmt::format("micro_batch_size·dp·grad_accum_steps = {}·{}·{} = {} but "
                                     "training.global_batch_size is {}",
