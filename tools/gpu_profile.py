@@ -17,6 +17,7 @@ import argparse
 import csv
 import datetime
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,9 @@ BLOCKS = [
     ("llama", 4096, 32, 8, 14336, 4096, 1),
     ("llama", 8192, 64, 8, 28672, 4096, 1),
 ]
+# --smoke: the same code path on the CPU with tiny blocks, to check the script and its rows
+# (op names, shape keys) without a GPU; its times mean nothing.
+SMOKE_BLOCKS = [("gpt", 64, 4, 4, 256, 32, 2), ("llama", 64, 4, 2, 176, 32, 1)]
 COLUMNS = ["device", "op", "kind", "shape", "dtype", "pass", "median_s", "p10_s", "p90_s", "reps", "source", "date"]
 
 
@@ -40,11 +44,16 @@ def percentile(v, p):
 
 
 def timed(fn, reps, warmup):
-    """Seconds of each of `reps` calls of fn() on the current stream, after `warmup` calls."""
+    """Seconds of each of `reps` calls of fn() (CUDA events on the current stream), after `warmup` calls."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(reps):
+        if not torch.cuda.is_available():  # --smoke
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+            continue
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -52,6 +61,16 @@ def timed(fn, reps, warmup):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
     return times
+
+
+def causal_attention(q, k, v):
+    """Flash attention through SDPA; plain causal attention where torch predates SDPA (--smoke on old torch)."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    s = q.shape[-2]
+    scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
 
 
 def rms_norm(x, w):
@@ -89,7 +108,7 @@ def block_ops(family, h, a, g, f, s, b, dev):
     def flash(q, k, v):
         if g != a:  # GQA: SDPA's flash kernel wants equal heads here; the repeat is timed too
             k, v = k.repeat_interleave(a // g, dim=1), v.repeat_interleave(a // g, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return causal_attention(q, k, v)
 
     ops.append(("attn.core", "flash_attention", flash, [p(b, a, s, d), p(b, g, s, d), p(b, g, s, d)]))
     ops.append(("attn.proj", "linear", F.linear, [x(h), *lin(h, h)]))
@@ -144,9 +163,10 @@ def main():
     ap.add_argument("--memory-out", help="CSV of each block's peak allocated/reserved bytes")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true", help="tiny blocks on the CPU: checks the script, not a GPU")
     args = ap.parse_args()
-    dev = torch.device("cuda")
-    gpu = torch.cuda.get_device_name(dev).replace(",", " ")
+    dev = torch.device("cpu" if args.smoke else "cuda")
+    gpu = "CPU smoke run" if args.smoke else torch.cuda.get_device_name(dev).replace(",", " ")
     source = f"tools/gpu_profile.py; torch {torch.__version__}; CUDA {torch.version.cuda}; {gpu}"
     today = datetime.date.today().isoformat()
     rows, memory = [], []
@@ -156,7 +176,7 @@ def main():
                          median_s=statistics.median(times), p10_s=percentile(times, 0.1),
                          p90_s=percentile(times, 0.9), reps=len(times), source=source, date=today))
 
-    for family, h, a, g, f, s, b in BLOCKS:
+    for family, h, a, g, f, s, b in SMOKE_BLOCKS if args.smoke else BLOCKS:
         shape = f"b={b};s={s};h={h};a={a};g={g};f={f};t=1"
         print(f"{family} {shape}", flush=True)
         for name, kind, fn, inputs in block_ops(family, h, a, g, f, s, b, dev):
@@ -178,6 +198,8 @@ def main():
         row("block", "layer", shape, "backward",
             timed(lambda: torch.autograd.backward(y, gy, retain_graph=True), args.reps, args.warmup))
         del y
+        if args.smoke:
+            continue
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
@@ -194,7 +216,7 @@ def main():
         for r in rows:
             w.writerow([r["device"], r["op"], r["kind"], r["shape"], r["dtype"], r["pass_"], repr(r["median_s"]),
                         repr(r["p10_s"]), repr(r["p90_s"]), r["reps"], r["source"], r["date"]])
-    if args.memory_out:
+    if args.memory_out and memory:
         with open(args.memory_out, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(memory[0]), lineterminator="\n")
             w.writeheader()

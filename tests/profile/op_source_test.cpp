@@ -176,5 +176,23 @@ TEST(StageTimerProfile, ClusterFileNamesTheDatabase) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(ClusterField, ProfileDbMustNameAFileAndRoundTrips) {
+  auto empty = spec::cluster_from_json(Json{{"gpu", "A100-SXM4-80GB"}, {"nodes", 1}, {"profile_db", ""}}, "cluster");
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.error().path, "cluster.profile_db");
+  auto wrong = spec::cluster_from_json(Json{{"gpu", "A100-SXM4-80GB"}, {"nodes", 1}, {"profile_db", 3}}, "cluster");
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().path, "cluster.profile_db");
+  auto c = spec::cluster_from_json(Json{{"gpu", "A100-SXM4-80GB"}, {"nodes", 1}, {"profile_db", "/x/ops.db"}}, "cluster");
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->profile_db, "/x/ops.db");
+  auto back = spec::cluster_from_json(spec::cluster_to_json(*c), "cluster");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, *c);
+  // Without the field, the JSON form has none (unchanged output for every existing cluster).
+  c->profile_db.clear();
+  EXPECT_FALSE(spec::cluster_to_json(*c).contains("profile_db"));
+}
+
 }  // namespace
 }  // namespace mist::profile
