@@ -1,5 +1,6 @@
 // `mist validate`: measures a sweep of transformer layers on this machine's CPU with the LibTorch
-// executor and compares mist's memory predictions with the measurements (docs/validation.md).
+// executor and compares mist's memory predictions, and each layer's time predicted from a profile
+// of its ops, with the measurements (docs/validation.md).
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -171,7 +172,7 @@ int validate(const ValidateArgs& a, std::string& out, std::string& err) {
 std::vector<Command> add_validate_command(CLI::App& app) {
   auto a = std::make_shared<ValidateArgs>();
   auto* v = app.add_subcommand("validate",
-                               "measure transformer layers on this CPU (LibTorch) and compare with mist's memory model");
+                               "measure transformer layers on this CPU (LibTorch) and compare with mist's memory and time model");
   v->add_flag("--quick", a->quick, "a small sweep (8 layers, seconds) instead of the full one (41 layers, minutes)");
   v->add_flag("--json", a->json, "print one JSON object instead of tables");
   v->add_flag("--strict", a->strict, "fail also where a known gap of the model explains an error (docs/validation.md)");

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include "profile/csv_rows.hpp"
@@ -64,18 +65,18 @@ TEST(Database, RefusesOtherSchemaVersionsAndOtherFiles) {
   {
     ASSERT_TRUE(Database::open(path));
   }
+  // Rewrite the version as a future mist would.
   {
-    // Rewrite the version as a future mist would.
-    auto db = Database::open(path);
-    ASSERT_TRUE(db);
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(raw, "UPDATE meta SET value = '99' WHERE key = 'schema_version'", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
   }
-  std::string cmd = "sqlite3 '" + path + "' \"UPDATE meta SET value = '99' WHERE key = 'schema_version'\"";
-  if (std::system(cmd.c_str()) == 0) {
-    auto db = Database::open(path);
-    ASSERT_FALSE(db);
-    EXPECT_EQ(db.error().path, "profile_db");
-    EXPECT_NE(db.error().message.find("schema version 99"), std::string::npos) << db.error().message;
-  }
+  auto db = Database::open(path);
+  ASSERT_FALSE(db);
+  EXPECT_EQ(db.error().path, "profile_db");
+  EXPECT_NE(db.error().message.find("schema version 99"), std::string::npos) << db.error().message;
   std::filesystem::remove(path);
   const auto text = temp_path("not-a-db.db");
   std::ofstream(text) << "this is not an SQLite file, it is long enough to have a header page of sorts...........\n";
