@@ -32,6 +32,14 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// The Debug ASan+UBSan build runs the symbolic model far slower (one `mist predict` takes ~1 s):
+// there every fourth job runs, and without the enumeration with predict.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 enum class Space { kMistSmall, kMistOffload, kMistPipeline, kMegatron, kDeepSpeed };
 
 struct Job {
@@ -238,7 +246,7 @@ TEST_P(TunerOracle, HierarchicalWithinOnePercentOfExhaustive) {
   EXPECT_GE(gap, -1e-9) << "the hierarchical search beat the exhaustive one: the oracle is not the optimum";
   EXPECT_LE(gap, 0.01);
   double brute = kInf;
-  if (o.space.uniform_stage_settings) {
+  if (o.space.uniform_stage_settings && !kSanitized) {
     int64_t plans = 0;
     brute = brute_force_uniform(o.space, m, c, t, &plans);
     ASSERT_GT(plans, 0);
@@ -253,15 +261,11 @@ TEST_P(TunerOracle, HierarchicalWithinOnePercentOfExhaustive) {
   if (const char* path = std::getenv("MIST_ORACLE_TABLE")) std::ofstream(path, std::ios::app) << row << "\n";
 }
 
-// The Debug ASan+UBSan build is far slower: there every fourth job runs (all five spaces still do).
+// Under the sanitizers every fourth job (all five spaces still appear).
 std::vector<size_t> job_indices() {
   std::vector<size_t> out;
-  for (size_t k = 0; k < jobs().size(); ++k) {
-#if defined(__SANITIZE_ADDRESS__)
-    if (k % 4 != 0) continue;
-#endif
-    out.push_back(k);
-  }
+  for (size_t k = 0; k < jobs().size(); ++k)
+    if (!kSanitized || k % 4 == 0) out.push_back(k);
   return out;
 }
 
