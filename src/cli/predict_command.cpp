@@ -7,7 +7,7 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
-#include "cli/pipeline_job.hpp"
+#include "analysis/pipeline_job.hpp"
 #include "export/megatron.hpp"
 #include "profile/op_source.hpp"
 #include "cli/report.hpp"
@@ -56,7 +56,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   // --simulate: the event simulation's iteration time replaces the closed form's.
   std::optional<sim::SimResult> simulated;
   if (a.simulate) {
-    auto r = sim::simulate(pipeline_job(*job, pred->time, pred->memory));
+    auto r = sim::simulate(analysis::pipeline_job(job->plan, pred->time, pred->memory));
     if (!r) {
       err = "mist: internal error: simulation failed: " + r.error().to_string() + "\n";
       return kExitInternal;

@@ -10,7 +10,7 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
-#include "cli/pipeline_job.hpp"
+#include "analysis/pipeline_job.hpp"
 #include "cli/report.hpp"
 #include "sim/pipeline_sim.hpp"
 
@@ -92,7 +92,7 @@ int simulate(const SimulateArgs& a, std::string& out, std::string& err) {
     err = "mist: invalid input: " + pred.error().to_string() + "\n";
     return kExitInvalidInput;
   }
-  const auto pj = pipeline_job(*job, pred->time, pred->memory);
+  const auto pj = analysis::pipeline_job(job->plan, pred->time, pred->memory);
   auto r = sim::simulate(pj);
   if (!r) {  // the plan was validated: a failure here is a bug
     err = "mist: internal error: " + r.error().to_string() + "\n";

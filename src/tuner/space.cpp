@@ -19,6 +19,7 @@ Result<SearchSpace> named_space(const std::string& name) {
     s.recompute = {plan::Recompute::kNone};
     s.ckpt_all_or_nothing = true;
     s.weight_offload = {0, 1};  // offload_param (ZeRO-3 only)
+    s.weight_offload_needs_zero3 = true;
     s.grad_offload = {0};
     s.opt_offload = {0, 1};     // offload_optimizer
     s.act_offload = {0};
@@ -27,6 +28,39 @@ Result<SearchSpace> named_space(const std::string& name) {
     return s;
   }
   return fail("--space", "must be one of mist, megatron, deepspeed; got \"" + name + "\"");
+}
+
+SearchSpace engine_space(engines::Engine e) {
+  using engines::Engine;
+  SearchSpace s;
+  s.name = engines::to_string(e);
+  s.uniform_stage_settings = true;  // one set of flags for every stage
+  s.uniform_split = true;
+  s.weight_offload = s.grad_offload = s.act_offload = {0};
+  switch (e) {
+    case Engine::kMegatron:
+      // --use-distributed-optimizer, --recompute-num-layers, --optimizer-offload-fraction.
+      s.zero = {0, 1};
+      s.opt_offload = {0, 0.25, 0.5, 0.75, 1};
+      break;
+    case Engine::kDeepSpeed:
+      // ZeRO stages with offload_optimizer / offload_param (ZeRO-3), Megatron-DeepSpeed for TP/PP,
+      // and its all-or-nothing activation checkpointing.
+      s.opt_offload = {0, 1};
+      s.weight_offload = s.grad_offload = {0, 1};
+      s.weight_offload_needs_zero3 = true;
+      s.ckpt_all_or_nothing = true;
+      s.recompute = {plan::Recompute::kNone};
+      break;
+    case Engine::kTorchtitan:
+      // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward), with all its state on the CPU
+      // or none; activation checkpointing none, selective or full.
+      s.zero = {0, 2, 3};
+      s.weight_offload = s.grad_offload = s.opt_offload = {0, 1};
+      s.ckpt_all_or_nothing = true;
+      break;
+  }
+  return s;
 }
 
 std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,
@@ -42,16 +76,21 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
       const int64_t dp = n / tp / pp;
       for (int64_t b : space.micro_batch) {
         if (t.global_batch_size % (b * dp)) continue;
-        for (auto rc : space.recompute) {
-          plan::Plan p;
-          p.dp = dp;
-          p.tp = tp;
-          p.pp = pp;
-          p.sequence_parallel = tp > 1;
-          p.micro_batch_size = b;
-          p.grad_accum_steps = t.global_batch_size / (b * dp);
-          p.recompute = rc;
-          out.push_back(p);
+        const int64_t G = t.global_batch_size / (b * dp);
+        for (int64_t v : space.virtual_stages) {
+          if (v < 1 || (v > 1 && (pp == 1 || m.num_layers % (pp * v) || G % pp))) continue;
+          for (auto rc : space.recompute) {
+            plan::Plan p;
+            p.dp = dp;
+            p.tp = tp;
+            p.pp = pp;
+            p.sequence_parallel = tp > 1;
+            p.micro_batch_size = b;
+            p.grad_accum_steps = G;
+            p.virtual_pipeline_stages = v;
+            p.recompute = rc;
+            out.push_back(p);
+          }
         }
       }
     }
@@ -59,24 +98,36 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
   return out;
 }
 
+std::vector<int> zero_choices(const SearchSpace& space, int64_t dp) {
+  std::vector<int> out;
+  for (int z : space.zero)
+    if (z == 0 || dp > 1) out.push_back(z);  // nothing to shard without data parallelism
+  return out;
+}
+
+std::vector<int64_t> ckpt_choices(const SearchSpace& space, int64_t layers) {
+  if (space.ckpt_all_or_nothing) return layers > 0 ? std::vector<int64_t>{0, layers} : std::vector<int64_t>{0};
+  std::vector<int64_t> out = {0};
+  if (space.tune_ckpt)
+    for (int64_t c = 1; c <= layers; ++c) out.push_back(c);
+  return out;
+}
+
+bool offload_allowed(const SearchSpace& space, int zero, double weights, double gradients) {
+  // Offloading weights without their gradients keeps little (Mist's rule wo > 0 ⇒ go > 0);
+  // DeepSpeed offloads parameters only under ZeRO-3.
+  if (weights > 0 && gradients == 0 && space.grad_offload.size() > 1) return false;
+  if (weights > 0 && space.weight_offload_needs_zero3 && zero != 3) return false;
+  return true;
+}
+
 std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t layers, int64_t dp) {
-  std::vector<int64_t> ckpts;
-  if (space.ckpt_all_or_nothing)
-    ckpts = {0, layers};
-  else if (space.tune_ckpt)
-    for (int64_t c = 0; c <= layers; ++c) ckpts.push_back(c);
-  else
-    ckpts = {0};
   std::vector<plan::StagePlan> out;
-  for (int zero : space.zero) {
-    if (zero > 0 && dp == 1) continue;  // nothing to shard
-    for (int64_t c : ckpts)
+  for (int zero : zero_choices(space, dp))
+    for (int64_t c : ckpt_choices(space, layers))
       for (double wo : space.weight_offload)
         for (double go : space.grad_offload) {
-          // Offloading weights without their gradients keeps little (Mist's rule wo > 0 ⇒ go > 0);
-          // DeepSpeed offloads parameters only under ZeRO-3.
-          if (wo > 0 && go == 0 && space.grad_offload.size() > 1) continue;
-          if (wo > 0 && space.name == "deepspeed" && zero != 3) continue;
+          if (!offload_allowed(space, zero, wo, go)) continue;
           for (double oo : space.opt_offload)
             for (double ao : space.act_offload) {
               plan::StagePlan s;
@@ -87,7 +138,6 @@ std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t la
               out.push_back(s);
             }
         }
-  }
   return out;
 }
 

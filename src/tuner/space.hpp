@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "export/engine.hpp"
 #include "plan/plan.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
@@ -20,13 +21,18 @@ struct SearchSpace {
   std::vector<int64_t> micro_batch = {1, 2, 4, 8};  // micro-batch sizes
   std::vector<plan::Recompute> recompute = {plan::Recompute::kNone, plan::Recompute::kSelective};
   int64_t max_pp = 64;                               // pipeline stages (divisors of the GPU count)
+  // Interleaved 1F1B: model chunks per stage (v > 1 needs pp > 1, layers divisible by pp·v and
+  // micro-batches divisible by pp, as Megatron-LM). Only v = 1 by default: the search's exact
+  // prunings do not hold for v > 1 yet (docs/tuner.md, Known limitations).
+  std::vector<int64_t> virtual_stages = {1};
   std::vector<int> zero = {0, 1, 2, 3};             // ZeRO levels per stage (when dp > 1)
   bool tune_ckpt = true;                             // recomputed blocks per stage: any 0..l
   bool ckpt_all_or_nothing = false;                 // only c = 0 or c = l (DeepSpeed's knob)
   std::vector<double> weight_offload = {0, 0.25, 0.5, 0.75, 1};
   std::vector<double> grad_offload = {0, 0.25, 0.5, 0.75, 1};
   std::vector<double> opt_offload = {0, 0.25, 0.5, 0.75, 1};
-  std::vector<double> act_offload = {0, 0.25, 0.5, 0.75, 1};
+  std::vector<double> act_offload = {0, 0.25, 0.5, 0.75, 1};  // each offload list ascending
+  bool weight_offload_needs_zero3 = false;           // DeepSpeed offloads parameters only under ZeRO-3
   bool uniform_stage_settings = false;  // every stage uses the same zero/ckpt/offload (Megatron)
   bool uniform_split = false;           // layers split as evenly as possible
   int layer_slack = 2;                  // stage layer counts within round(L/pp) ± slack (as Mist)
@@ -38,6 +44,11 @@ struct SearchSpace {
 // optimizer (and, under ZeRO-3, parameter) offload and all-or-nothing checkpointing.
 Result<SearchSpace> named_space(const std::string& name);
 
+// What an engine can run, as a space to search (`mist tune --engine`); the tuner also checks each
+// plan with the engine's capability model (export/capability.hpp) and moves it to the nearest
+// plan the engine can run.
+SearchSpace engine_space(engines::Engine e);
+
 // Parallel layouts to try: dp·tp·pp = GPUs, tp within a node and dividing heads, kv heads and FFN,
 // pp ≤ layers, micro-batch·dp dividing the global batch.
 std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,
@@ -45,5 +56,12 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
 
 // Per-stage settings to try for a stage of `layers` blocks under data-parallel degree `dp`.
 std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t layers, int64_t dp);
+
+// The pieces stage_settings combines, for searches that walk the grid themselves: ZeRO levels
+// that apply under `dp`, recomputed-block counts (ascending), and the pairing rules of weight and
+// gradient offload.
+std::vector<int> zero_choices(const SearchSpace& space, int64_t dp);
+std::vector<int64_t> ckpt_choices(const SearchSpace& space, int64_t layers);
+bool offload_allowed(const SearchSpace& space, int zero, double weights, double gradients);
 
 }  // namespace mist::tuner

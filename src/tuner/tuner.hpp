@@ -4,23 +4,39 @@
 // memory-feasible ones and samples their Pareto frontier of (stable time T, first/last extra D);
 // an inter-stage search then picks layer counts and one frontier point per stage minimising
 //   Σ T_i + (G - 1)·max T_i + max_i(D_i - Σ_{j<i} T_j).
-// The inter-stage search here is an exact dynamic programme over stages whose states are
+// The inter-stage search is an exact dynamic programme over stages whose states are
 // (Σ T, max T, exposed D) triples with dominated ones pruned (docs/tuner.md proves the pruning
-// safe); `exhaustive` enumerates whole plans without any frontier, as the oracle.
+// safe), or Mist's MILP on CBC; `exhaustive` enumerates whole plans without any frontier, as the
+// oracle. Layouts are visited fastest-first by a lower bound, and skipped once the bound cannot
+// beat the `top`-th plan found.
 #pragma once
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "export/engine.hpp"
 #include "plan/plan.hpp"
 #include "tuner/space.hpp"
 
 namespace mist::tuner {
 
+enum class InterStageSolver {
+  kDp,    // exact dynamic programme (default)
+  kMilp,  // Mist's MILP on CBC, with a time limit per layout
+};
+
 struct TuneOptions {
   SearchSpace space;
   bool exhaustive = false;     // the oracle: no frontier sampling, every combination (small jobs)
+  InterStageSolver solver = InterStageSolver::kDp;
+  double milp_time_limit_s = 10;  // per layout
+  // Only plans this engine can run (export/capability.hpp): a layout's best plan that the engine
+  // cannot express is replaced by its nearest expressible plan, re-predicted, and dropped if that
+  // does not fit. Empty: mist's full plan space.
+  std::optional<engines::Engine> engine;
+  bool rerank_by_simulation = true;  // order the top plans by the event simulation's iteration time
   int top = 5;                 // plans to return
   double max_combinations = 5e7;  // refuse an exhaustive search visiting more nodes than this
   std::function<void(double fraction)> progress;  // called as layouts complete (may be empty)
@@ -30,6 +46,7 @@ struct Candidate {
   plan::Plan plan;
   double iteration_time_s = 0;    // as `mist predict` computes it
   double search_objective_s = 0;  // what the search computed for it (equal, unless a bug)
+  double simulated_time_s = 0;    // the event simulation's iteration time (0 when not simulated)
   double peak_memory_bytes = 0;   // worst stage
   double shortfall_bytes = 0;     // how much the worst stage exceeds its GPU (0 when it fits)
   double host_shortfall_bytes = 0;  // how much offloaded state exceeds a node's host memory
@@ -39,12 +56,18 @@ struct TuneStats {
   int64_t layouts = 0;
   int64_t stage_settings_evaluated = 0;
   int64_t stage_settings_feasible = 0;
-  int64_t plans_evaluated = 0;    // complete plans costed (exhaustive) or DP states kept
+  int64_t stage_settings_timed = 0;  // fitting settings that could be optimal, given to StageTimer
+  int64_t layouts_pruned = 0;        // skipped: their lower bound could not beat the plans found
+  int64_t plans_evaluated = 0;    // complete plans costed (exhaustive), DP states kept, or MILP nodes
+  int64_t milp_solves = 0;
+  int64_t milp_time_limits = 0;   // MILP solves stopped by their time limit
+  int64_t engine_adjusted = 0;    // layout bests moved to the engine's nearest expressible plan
+  int64_t programs_compiled = 0;  // memory programs compiled (shared across layouts)
   double seconds = 0;
 };
 
 struct TuneResult {
-  std::vector<Candidate> best;          // fitting plans, fastest first
+  std::vector<Candidate> best;          // fitting plans, fastest first (by simulation when re-ranked)
   std::optional<Candidate> closest;     // when nothing fits: the plan that misses by the least
   TuneStats stats;
 };

@@ -1,14 +1,14 @@
-#include "cli/pipeline_job.hpp"
+#include "analysis/pipeline_job.hpp"
 
-namespace mist::cli {
+namespace mist::analysis {
 
-double term_seconds(const std::vector<analysis::TimeTerm>& terms, const std::string& name) {
+double term_seconds(const std::vector<TimeTerm>& terms, const std::string& name) {
   for (const auto& t : terms)
     if (t.name == name) return t.seconds;
   return 0;
 }
 
-double term_bytes(const analysis::StageMemory& s, const std::string& name) {
+double term_bytes(const StageMemory& s, const std::string& name) {
   for (const auto& t : s.terms)
     if (t.name == name) return t.bytes;
   return 0;
@@ -17,9 +17,7 @@ double term_bytes(const analysis::StageMemory& s, const std::string& name) {
 // The simulation's input from the two models. The time model folds p2p into T_i on the compute
 // stream; here it is a send on the sender's collective stream, the stage's share of
 // "pipeline_p2p" split evenly over the sends it makes per micro-batch (one per boundary and chunk).
-sim::PipelineJob pipeline_job(const Job& job, const analysis::TimePrediction& t,
-                              const analysis::MemoryPrediction& m) {
-  const auto& p = job.plan;
+sim::PipelineJob pipeline_job(const plan::Plan& p, const TimePrediction& t, const MemoryPrediction& m) {
   sim::PipelineJob pj;
   pj.micro_batches = p.grad_accum_steps;
   pj.virtual_stages = p.virtual_pipeline_stages;
@@ -54,4 +52,11 @@ sim::PipelineJob pipeline_job(const Job& job, const analysis::TimePrediction& t,
   return pj;
 }
 
-}  // namespace mist::cli
+Result<sim::SimResult> simulate_plan(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                     const spec::TrainingSpec& t, const plan::Plan& p) {
+  MIST_TRY(auto mem, predict_memory(m, c, t, p));
+  MIST_TRY(auto time, predict_time(m, c, t, p));
+  return sim::simulate(pipeline_job(p, time, mem));
+}
+
+}  // namespace mist::analysis

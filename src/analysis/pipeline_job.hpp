@@ -1,0 +1,19 @@
+// The event simulation's input built from the memory and time predictions of a plan; used by
+// `mist simulate`, `mist predict --simulate` and the tuner's re-ranking of its best plans.
+#pragma once
+
+#include "analysis/memory_model.hpp"
+#include "analysis/time_model.hpp"
+#include "sim/pipeline_sim.hpp"
+
+namespace mist::analysis {
+
+double term_seconds(const std::vector<TimeTerm>& terms, const std::string& name);
+double term_bytes(const StageMemory& s, const std::string& name);
+sim::PipelineJob pipeline_job(const plan::Plan& p, const TimePrediction& t, const MemoryPrediction& m);
+
+// Predicts the plan's memory and time and simulates its iteration.
+Result<sim::SimResult> simulate_plan(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                     const spec::TrainingSpec& t, const plan::Plan& p);
+
+}  // namespace mist::analysis

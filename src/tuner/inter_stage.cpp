@@ -1,0 +1,228 @@
+#include "tuner/inter_stage.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "solver/solve.hpp"
+
+namespace mist::tuner {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct State {
+  double sum_t = 0, max_t = 0, exposed = -kInf;
+  int64_t layers = 0;
+  int prev = -1;  // index in the previous stage's state list
+  const Point* point = nullptr;  // the choice made at this stage
+};
+
+bool dominates(const State& a, const State& b) {
+  return a.sum_t <= b.sum_t && a.max_t <= b.max_t && a.exposed <= b.exposed;
+}
+
+}  // namespace
+
+double pipeline_objective(double sum_t, double max_t, double exposed, double G, int64_t v) {
+  const double fill = v > 1 ? max_t + (sum_t - max_t) / static_cast<double>(v) : sum_t;
+  return fill + (G - 1) * max_t + std::max(0.0, exposed);
+}
+
+std::vector<Point> pareto_sample(std::vector<Point> pts, int k) {
+  std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
+    return a.T != b.T ? a.T < b.T : a.T + a.D < b.T + b.D;
+  });
+  std::vector<Point> front;
+  double best = kInf;
+  for (auto& p : pts)
+    if (p.T + p.D < best) {
+      best = p.T + p.D;
+      front.push_back(std::move(p));
+    }
+  if (k <= 0 || static_cast<int>(front.size()) <= k) return front;
+  std::vector<Point> out;
+  size_t last = front.size();
+  for (int i = 0; i < k; ++i) {
+    const size_t j = static_cast<size_t>(std::llround(double(i) * double(front.size() - 1) / double(k - 1)));
+    if (j != last) out.push_back(front[j]);
+    last = j;
+  }
+  return out;
+}
+
+std::optional<StageChoice> inter_stage_dp(const StageFronts& fronts, int64_t L, double G, double cutoff,
+                                          TuneStats& stats, int64_t v) {
+  const size_t pp = fronts.size();
+  std::vector<std::vector<State>> levels(pp + 1);
+  levels[0].push_back(State{});
+  for (size_t i = 0; i < pp; ++i) {
+    std::map<int64_t, std::vector<State>> by_layers;
+    const int64_t left_after = static_cast<int64_t>(pp - i - 1);
+    for (size_t si = 0; si < levels[i].size(); ++si) {
+      const State& s = levels[i][si];
+      for (const auto& [l, pts] : fronts[i]) {
+        const int64_t used = s.layers + l;
+        if (used + left_after > L) continue;
+        if (i + 1 == pp && used != L) continue;
+        for (const auto& p : pts) {
+          State n;
+          n.sum_t = s.sum_t + p.T;
+          n.max_t = std::max(s.max_t, p.T);
+          n.exposed = std::max(s.exposed, p.D - s.sum_t);
+          // Later stages only add to Σ T and max T.
+          if (pipeline_objective(n.sum_t, n.max_t, -kInf, G, v) > cutoff) continue;
+          n.layers = used;
+          n.prev = static_cast<int>(si);
+          n.point = &p;
+          auto& bucket = by_layers[used];
+          if (std::any_of(bucket.begin(), bucket.end(), [&](const State& o) { return dominates(o, n); })) continue;
+          std::erase_if(bucket, [&](const State& o) { return dominates(n, o); });
+          bucket.push_back(n);
+        }
+      }
+    }
+    for (auto& [l, b] : by_layers)
+      for (auto& s : b) levels[i + 1].push_back(s);
+    stats.plans_evaluated += static_cast<int64_t>(levels[i + 1].size());
+    if (levels[i + 1].empty()) return std::nullopt;
+  }
+  int best = -1;
+  double best_v = kInf;
+  for (size_t j = 0; j < levels[pp].size(); ++j) {
+    const State& s = levels[pp][j];
+    const double o = pipeline_objective(s.sum_t, s.max_t, s.exposed, G, v);
+    if (o <= cutoff && o < best_v) best = static_cast<int>(j), best_v = o;
+  }
+  if (best < 0) return std::nullopt;
+  StageChoice out;
+  out.stages.resize(pp);
+  out.objective = best_v;
+  int k = best;
+  for (size_t i = pp; i-- > 0;) {
+    const State& s = levels[i + 1][static_cast<size_t>(k)];
+    out.stages[i] = *s.point;
+    k = s.prev;
+  }
+  return out;
+}
+
+Result<std::optional<StageChoice>> inter_stage_milp(const StageFronts& fronts, int64_t L, double G, double cutoff,
+                                                    double time_limit_s, TuneStats& stats, int64_t v) {
+  using namespace solver;
+  const size_t pp = fronts.size();
+  MilpModel model("inter_stage");
+  struct Pick {
+    size_t stage;
+    int64_t layers;
+    const Point* point;
+    Variable x;
+  };
+  std::vector<Pick> picks;
+  std::vector<Variable> T(pp);
+  const Variable M = model.add_continuous("max_T");
+  const Variable E = model.add_continuous("exposed_D");
+  std::vector<Term> layer_sum, obj;
+  for (size_t i = 0; i < pp; ++i) {
+    T[i] = model.add_continuous(fmt::format("T_{}", i));
+    std::vector<Term> one, t_def{{T[i], 1.0}};
+    for (const auto& [l, pts] : fronts[i])
+      for (size_t k = 0; k < pts.size(); ++k) {
+        const Variable x = model.add_binary(fmt::format("x_{}_{}_{}", i, l, k));
+        picks.push_back({i, l, &pts[k], x});
+        one.push_back({x, 1.0});
+        layer_sum.push_back({x, static_cast<double>(l)});
+        t_def.push_back({x, -pts[k].T});
+      }
+    if (one.empty()) return std::optional<StageChoice>{};
+    model.add_constraint(fmt::format("one_setting_{}", i), one, Sense::kEqual, 1);
+    model.add_constraint(fmt::format("T_def_{}", i), t_def, Sense::kEqual, 0);
+    model.add_constraint(fmt::format("max_T_{}", i), {{M, 1.0}, {T[i], -1.0}}, Sense::kGreaterEqual, 0);
+    obj.push_back({T[i], 1.0 / static_cast<double>(v)});  // fill = max T + (Σ T − max T)/v
+  }
+  model.add_constraint("layers", layer_sum, Sense::kEqual, static_cast<double>(L));
+  // E ≥ D_i − Σ_{j<i} T_j for every stage (and E ≥ 0 from its bound).
+  for (size_t i = 0; i < pp; ++i) {
+    std::vector<Term> terms{{E, 1.0}};
+    for (const auto& pk : picks)
+      if (pk.stage == i) terms.push_back({pk.x, -pk.point->D});
+    for (size_t j = 0; j < i; ++j) terms.push_back({T[j], 1.0});
+    model.add_constraint(fmt::format("exposed_{}", i), terms, Sense::kGreaterEqual, 0);
+  }
+  obj.push_back({M, G - 1 + (v > 1 ? 1 - 1.0 / static_cast<double>(v) : 0.0)});
+  obj.push_back({E, 1.0});
+  model.set_objective(obj);
+
+  SolveOptions so;
+  so.time_limit_s = time_limit_s;
+  if (std::isfinite(cutoff)) so.cutoff = cutoff;
+  MIST_TRY(auto r, solve(model, so));
+  ++stats.milp_solves;
+  if (r.termination.limit == Limit::kTime) ++stats.milp_time_limits;
+  if (!r.termination.has_solution()) {
+    if (r.termination.reason == TerminationReason::kNumericalError || r.termination.reason == TerminationReason::kUnbounded)
+      return fail("tuner.inter_stage", "the inter-stage MILP failed: " + r.termination.to_string());
+    return std::optional<StageChoice>{};  // infeasible, pruned by the cutoff, or out of time
+  }
+  StageChoice out;
+  out.stages.resize(pp);
+  for (const auto& pk : picks)
+    if (r.value(pk.x) > 0.5) out.stages[pk.stage] = *pk.point;
+  // The objective as the closed form computes it from the chosen points (the MILP's own value
+  // equals it up to the solver's tolerances).
+  double sum = 0, mx = 0, exposed = -kInf;
+  for (const auto& p : out.stages) {
+    exposed = std::max(exposed, p.D - sum);
+    sum += p.T;
+    mx = std::max(mx, p.T);
+  }
+  out.objective = pipeline_objective(sum, mx, exposed, G, v);
+  stats.plans_evaluated += static_cast<int64_t>(r.stats.nodes);
+  return std::optional<StageChoice>{std::move(out)};
+}
+
+std::optional<StageChoice> exhaustive_search(StageFronts all, int64_t L, double G, double max_nodes,
+                                             TuneStats& stats, bool* too_large, int64_t v) {
+  for (auto& m : all)
+    for (auto& [l, pts] : m)
+      std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.T < b.T; });
+  const size_t pp = all.size();
+  std::vector<Point> cur(pp), best_plan;
+  double best = kInf, nodes = 0;
+  std::function<void(size_t, int64_t, double, double, double)> rec = [&](size_t i, int64_t used, double sum,
+                                                                         double mx, double exposed) {
+    if (*too_large || pipeline_objective(sum, mx, -kInf, G, v) >= best) return;
+    if (++nodes > max_nodes) {
+      *too_large = true;
+      return;
+    }
+    if (i == pp) {
+      if (used != L) return;
+      ++stats.plans_evaluated;
+      const double o = pipeline_objective(sum, mx, exposed, G, v);
+      if (o < best) {
+        best = o;
+        best_plan = cur;
+      }
+      return;
+    }
+    for (const auto& [l, pts] : all[i]) {
+      const int64_t left = static_cast<int64_t>(pp - i - 1);
+      if (used + l + left > L) continue;
+      if (i + 1 == pp && used + l != L) continue;
+      for (const auto& p : pts) {
+        cur[i] = p;
+        rec(i + 1, used + l, sum + p.T, std::max(mx, p.T), std::max(exposed, p.D - sum));
+      }
+    }
+  };
+  rec(0, 0, 0, 0, -kInf);
+  if (*too_large || best_plan.empty()) return std::nullopt;
+  return StageChoice{best_plan, best};
+}
+
+}  // namespace mist::tuner

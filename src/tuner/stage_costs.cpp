@@ -1,0 +1,200 @@
+#include "tuner/stage_costs.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "analysis/overheads.hpp"
+
+namespace mist::tuner {
+
+Result<const sym::Program*> MemoryPrograms::get(const plan::Plan& layout, int index) {
+  const bool sp = layout.sequence_parallel && layout.tp > 1;
+  const auto mkey = std::make_tuple(layout.tp, sp, static_cast<int>(layout.recompute));
+  auto mit = models_.find(mkey);
+  if (mit == models_.end()) {
+    auto lm = graph::lower(*m_, t_->seq_length, graph::lowering_options(*t_, sp));
+    MIST_TRY(auto memory, analysis::build_stage_memory_model(lm, *t_, layout.recompute));
+    mit = models_.emplace(mkey, Model{std::move(lm), std::move(memory)}).first;
+  }
+  // Any setting: the knobs it sets are inputs, not bound.
+  plan::StagePlan any;
+  any.num_layers = 1;
+  sym::Bindings fixed = analysis::stage_knobs(mit->second.lm, *m_, *c_, layout, any, index, 0);
+  for (const char* k : kInputs) fixed.erase(k);
+  const auto pkey = std::tuple_cat(mkey, std::make_tuple(fixed.at("E") > 0, fixed.at("H") > 0, fixed.at("T") > 0,
+                                                         fixed.at("Q") > 0));
+  auto pit = programs_.find(pkey);
+  if (pit != programs_.end()) return &pit->second;
+  const auto& memory = mit->second.memory;
+  std::vector<std::string> inputs(kInputs.begin(), kInputs.end());
+  MIST_TRY(auto prog, sym::Program::compile(
+                          {sym::substitute(memory.peak, fixed), sym::substitute(memory.host_bytes, fixed)}, inputs));
+  return &programs_.emplace(pkey, std::move(prog)).first->second;
+}
+
+Result<StageCosts> StageCosts::create(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                      const spec::TrainingSpec& t, const SearchSpace& space,
+                                      const plan::Plan& layout, MemoryPrograms& programs) {
+  std::vector<const sym::Program*> progs;
+  for (int i = 0; i < layout.pp; ++i) {
+    MIST_TRY(auto prog, programs.get(layout, i));
+    progs.push_back(prog);
+  }
+  return StageCosts(c, space, layout, analysis::StageTimer::create(m, c, t, layout), std::move(progs),
+                    analysis::nccl_buffer_bytes(layout, c));
+}
+
+void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
+                          std::vector<double>& host, TuneStats& stats) const {
+  const size_t rows = settings.size();
+  const sym::Program& prog = *programs_[static_cast<size_t>(index)];
+  constexpr size_t n_in = MemoryPrograms::kInputs.size();
+  std::vector<double> in(n_in * rows), out(2 * rows);
+  const double dp = static_cast<double>(layout_.dp);
+  const double in_flight = analysis::in_flight_micro_batches(layout_, index);
+  for (size_t r = 0; r < rows; ++r) {
+    const auto& s = settings[r];
+    const double v[n_in] = {static_cast<double>(s.num_layers),
+                            static_cast<double>(s.ckpt_layers),
+                            s.zero >= 3 ? dp : 1.0,
+                            s.zero >= 2 ? dp : 1.0,
+                            s.zero >= 1 ? dp : 1.0,
+                            s.offload.weights,
+                            s.offload.gradients,
+                            s.offload.optimizer_states,
+                            s.offload.activations,
+                            (s.zero >= 3 && layout_.dp > 1) || s.offload.weights > 0 ? 1.0 : 0.0,
+                            (s.zero >= 2 && layout_.dp > 1) || s.offload.gradients > 0 ? 1.0 : 0.0,
+                            s.offload.optimizer_states > 0 ? 1.0 : 0.0,
+                            s.offload.activations > 0 ? 1.0 : 0.0,
+                            in_flight,
+                            static_cast<double>(layout_.micro_batch_size),
+                            dp,
+                            nccl_};
+    for (size_t k = 0; k < n_in; ++k) in[k * rows + r] = v[k];
+  }
+  prog.evaluate(in, rows, out);
+  peak.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(rows));
+  host.assign(out.begin() + static_cast<std::ptrdiff_t>(rows), out.end());
+  stats.stage_settings_evaluated += static_cast<int64_t>(rows);
+}
+
+double StageCosts::excess(double peak, double host) const {
+  const double host_cap = c_->host_memory_bytes / static_cast<double>(c_->gpus_per_node);
+  return std::max(peak - c_->gpu.memory_bytes, host - host_cap);
+}
+
+std::vector<Point> StageCosts::cost(const std::vector<plan::StagePlan>& settings, int index, TuneStats& stats,
+                                    Point* least) const {
+  std::vector<Point> feasible;
+  if (settings.empty()) return feasible;
+  std::vector<double> peak, host;
+  evaluate(settings, index, peak, host, stats);
+  for (size_t r = 0; r < settings.size(); ++r) {
+    const double e = excess(peak[r], host[r]);
+    if (least && e < least->excess) *least = Point{0, 0, peak[r], settings[r], e};
+    if (e > 0) continue;
+    const auto t = timer_.parts(settings[r], index);
+    feasible.push_back(Point{t.stable(), t.delta(), peak[r], settings[r], e});
+  }
+  stats.stage_settings_feasible += static_cast<int64_t>(feasible.size());
+  stats.stage_settings_timed += static_cast<int64_t>(feasible.size());
+  return feasible;
+}
+
+std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& stats, Point* least) const {
+  const SearchSpace& sp = *space_;
+  const auto& W = sp.weight_offload;
+  const auto& G = sp.grad_offload;
+  const auto& A = sp.act_offload;
+  const auto& O = sp.opt_offload;
+  const size_t nw = W.size(), ng = G.size(), na = A.size(), no = O.size();
+  const size_t slice = nw * ng * na * no;
+  auto at = [&](size_t w, size_t g, size_t a, size_t o) { return ((w * ng + g) * na + a) * no + o; };
+
+  std::vector<Point> out;
+  std::vector<plan::StagePlan> batch;
+  std::vector<size_t> where;
+  std::vector<double> peak, host, peak_at(slice);
+  std::vector<char> below(slice), fits(slice), reach(slice);
+  for (int z : zero_choices(sp, layout_.dp)) {
+    // below[s]: a fitting setting with fewer recomputed blocks and offload fractions ≤ s's exists.
+    std::fill(below.begin(), below.end(), 0);
+    for (int64_t c : ckpt_choices(sp, layers)) {
+      batch.clear();
+      where.clear();
+      for (size_t w = 0; w < nw; ++w)
+        for (size_t g = 0; g < ng; ++g) {
+          if (!offload_allowed(sp, z, W[w], G[g])) continue;
+          for (size_t a = 0; a < na; ++a)
+            for (size_t o = 0; o < no; ++o) {
+              const size_t s = at(w, g, a, o);
+              if (below[s]) continue;  // beaten already: no need to know whether it fits
+              plan::StagePlan st;
+              st.num_layers = layers;
+              st.zero = z;
+              st.ckpt_layers = c;
+              st.offload = {W[w], G[g], O[o], A[a]};
+              batch.push_back(st);
+              where.push_back(s);
+            }
+        }
+      std::fill(fits.begin(), fits.end(), 0);
+      if (!batch.empty()) {
+        evaluate(batch, index, peak, host, stats);
+        for (size_t r = 0; r < batch.size(); ++r) {
+          const double e = excess(peak[r], host[r]);
+          if (least && e < least->excess) *least = Point{0, 0, peak[r], batch[r], e};
+          if (e > 0) continue;
+          fits[where[r]] = 1;
+          peak_at[where[r]] = peak[r];
+          ++stats.stage_settings_feasible;
+        }
+      }
+      // reach[s]: some fitting setting ≤ s exists (same ZeRO level and optimizer offload). The
+      // loops visit every setting after those one step below it.
+      for (size_t w = 0; w < nw; ++w)
+        for (size_t g = 0; g < ng; ++g)
+          for (size_t a = 0; a < na; ++a) {
+            // Among settings equal but for optimizer offload, only the smallest D can be optimal.
+            Point best;
+            bool have = false;
+            for (size_t o = 0; o < no; ++o) {
+              const size_t s = at(w, g, a, o);
+              const bool beaten = below[s] || (w && reach[at(w - 1, g, a, o)]) ||
+                                  (g && reach[at(w, g - 1, a, o)]) || (a && reach[at(w, g, a - 1, o)]);
+              reach[s] = beaten || fits[s];
+              if (!fits[s] || beaten) continue;
+              plan::StagePlan st;
+              st.num_layers = layers;
+              st.zero = z;
+              st.ckpt_layers = c;
+              st.offload = {W[w], G[g], O[o], A[a]};
+              const auto t = timer_.parts(st, index);
+              ++stats.stage_settings_timed;
+              if (!have || t.delta() < best.D) best = Point{t.stable(), t.delta(), peak_at[s], st, 0}, have = true;
+            }
+            if (have) out.push_back(std::move(best));
+          }
+      below.swap(reach);
+    }
+  }
+  return out;
+}
+
+double StageCosts::fastest(int64_t layers, int index) const {
+  const SearchSpace& sp = *space_;
+  double best = std::numeric_limits<double>::infinity();
+  for (int z : zero_choices(sp, layout_.dp)) {
+    plan::StagePlan st;
+    st.num_layers = layers;
+    st.zero = z;
+    st.ckpt_layers = ckpt_choices(sp, layers).front();
+    st.offload = {sp.weight_offload.front(), sp.grad_offload.front(), 0, sp.act_offload.front()};
+    // The optimizer offload fraction does not change T.
+    best = std::min(best, timer_.parts(st, index).stable());
+  }
+  return best;
+}
+
+}  // namespace mist::tuner

@@ -1,0 +1,104 @@
+// Costing stage settings of one parallel layout: peak GPU memory and host memory from the compiled
+// memory program (evaluated in batch), stable time T and first/last extra D from StageTimer.
+#pragma once
+
+#include <array>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "analysis/memory_model.hpp"
+#include "analysis/time_model.hpp"
+#include "graph/lower.hpp"
+#include "symbolic/program.hpp"
+#include "tuner/space.hpp"
+#include "tuner/tuner.hpp"
+
+namespace mist::tuner {
+
+// One costed setting of one stage.
+struct Point {
+  double T = 0, D = 0, peak = 0;
+  plan::StagePlan st;
+  double excess = 0;  // bytes over the GPU or the host share, whichever is worse (near misses)
+};
+
+// The memory model compiled for batch evaluation, shared by all layouts of one search. The
+// model's shapes and what a stage's position fixes (embedding, head, tied weights) are folded
+// into constants, as Mist concretises shapes before its batched evaluation; the setting knobs,
+// the in-flight count, micro-batch, data-parallel degree and NCCL buffers stay inputs, so one
+// program serves every layout with the same tensor parallelism and recompute mode and every
+// stage of the same kind (first, middle, last).
+class MemoryPrograms {
+ public:
+  // Program inputs, in order.
+  static constexpr std::array<const char*, 17> kInputs = {"l",  "c", "zw", "zg", "zo", "wo", "go", "oo", "ao",
+                                                          "W",  "G", "O",  "A",  "p",  "b",  "d",  "C_nccl"};
+  MemoryPrograms(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t)
+      : m_(&m), c_(&c), t_(&t) {}
+  // Outputs: peak GPU bytes, host bytes.
+  Result<const sym::Program*> get(const plan::Plan& layout, int index);
+  int64_t compiled() const { return static_cast<int64_t>(programs_.size()); }
+
+ private:
+  struct Model {
+    graph::LoweredModel lm;
+    analysis::StageMemoryModel memory;
+  };
+  const spec::ModelSpec* m_;
+  const spec::ClusterSpec* c_;
+  const spec::TrainingSpec* t_;
+  std::map<std::tuple<int64_t, bool, int>, Model> models_;                           // tp, sp, recompute
+  std::map<std::tuple<int64_t, bool, int, bool, bool, bool, bool>, sym::Program> programs_;  // + E, H, T, Q
+};
+
+class StageCosts {
+ public:
+  // `programs` must outlive the StageCosts.
+  static Result<StageCosts> create(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
+                                   const SearchSpace& space, const plan::Plan& layout, MemoryPrograms& programs);
+
+  // Every setting of `settings` (one layer count) that fits at stage `index`, costed. Tracks the
+  // setting with the smallest excess over GPU or host memory in `least` (may be null).
+  std::vector<Point> cost(const std::vector<plan::StagePlan>& settings, int index, TuneStats& stats,
+                          Point* least) const;
+
+  // The settings of the space for a stage of `layers` blocks at `index` that can be on an optimal
+  // plan: those that fit and that no other fitting setting beats. Exact pruning, relying on two
+  // properties of the time model (tests/tuner/stage_costs_test.cpp checks both):
+  //  - raising the recomputed blocks or the weight, gradient or activation offload fraction never
+  //    lowers T, and lowers D by at most what it adds to T (D only shrinks because more compute
+  //    hides more of the gradient reduce-scatter or the parameter all-gather);
+  //  - the optimizer-offload fraction changes D and memory only, not T.
+  // A setting with T ≤ T' and T + D ≤ T' + D' is never worse in the pipeline objective (see
+  // docs/tuner.md), so among settings that differ upward in those four knobs (same ZeRO level and
+  // optimizer-offload fraction) only the lowest fitting ones count, and among settings that
+  // differ only in optimizer offload, the one with the smallest D.
+  std::vector<Point> candidates(int64_t layers, int index, TuneStats& stats, Point* least) const;
+
+  // The least T any setting of the space can give at `index` with `layers` blocks, memory aside
+  // (a lower bound for pruning whole layouts).
+  double fastest(int64_t layers, int index) const;
+
+  const plan::Plan& layout() const { return layout_; }
+  const analysis::StageTimer& timer() const { return timer_; }
+
+ private:
+  StageCosts(const spec::ClusterSpec& c, const SearchSpace& space, plan::Plan layout, analysis::StageTimer timer,
+             std::vector<const sym::Program*> programs, double nccl)
+      : c_(&c), space_(&space), layout_(std::move(layout)), timer_(std::move(timer)), programs_(std::move(programs)),
+        nccl_(nccl) {}
+  // Peak and host bytes of `rows` settings, written to peak[r], host[r].
+  void evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
+                std::vector<double>& host, TuneStats& stats) const;
+  double excess(double peak, double host) const;
+
+  const spec::ClusterSpec* c_;
+  const SearchSpace* space_;
+  plan::Plan layout_;
+  analysis::StageTimer timer_;
+  std::vector<const sym::Program*> programs_;  // per stage index
+  double nccl_ = 0;
+};
+
+}  // namespace mist::tuner

@@ -1,0 +1,100 @@
+// `mist tune`: engine restriction, the MILP solver, --compare-to, and their bad input.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "core/json_fields.hpp"
+#include "run_mist.hpp"
+
+namespace mist::cli {
+namespace {
+
+using testing::mist;
+
+std::string write(const std::string& name, const std::string& text) {
+  const auto path = (std::filesystem::temp_directory_path() / ("mist_tune_cli_" + name)).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A job small enough to tune in well under a second: 8 blocks of width 1024 on 4 L4s.
+std::vector<std::string> job(std::vector<std::string> extra) {
+  static const std::string model = write("model.json", R"({"name": "tune-cli-gpt", "family": "gpt", "num_layers": 8,
+      "hidden_size": 1024, "num_heads": 8, "ffn_hidden_size": 4096, "vocab_size": 32000,
+      "max_position_embeddings": 2048, "norm": "layernorm", "mlp": "gelu", "positions": "learned"})");
+  static const std::string cluster = write("cluster.json", R"({"gpu": "L4-24GB", "nodes": 1, "gpus_per_node": 4})");
+  static const std::string training =
+      write("training.json", R"({"global_batch_size": 16, "seq_length": 1024, "precision": "bf16"})");
+  std::vector<std::string> args = {"tune", "--model", model, "--cluster", cluster, "--training", training};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(TuneCli, EngineRestrictedPlansAndStats) {
+  auto o = mist(job({"--engine", "megatron", "--json"}));
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto j = Json::parse(o.out);
+  EXPECT_EQ(j["space"], "megatron");
+  // One ZeRO level and no weight or gradient offload on every stage: Megatron-LM's flags.
+  const auto& stages = j["plan"]["stages"];
+  for (const auto& s : stages) {
+    EXPECT_EQ(s["zero"], stages[0]["zero"]);
+    EXPECT_EQ(s["offload"]["weights"], 0.0);
+    EXPECT_EQ(s["offload"]["gradients"], 0.0);
+  }
+  EXPECT_GT(j["stats"]["layouts"].get<int>(), 0);
+  EXPECT_GT(j["simulated_time_s"].get<double>(), 0);
+}
+
+TEST(TuneCli, MilpSolverGivesTheSamePlanTime) {
+  auto dp = mist(job({"--json", "--no-rerank"}));
+  auto milp = mist(job({"--json", "--no-rerank", "--solver", "milp"}));
+  ASSERT_EQ(dp.code, 0) << dp.err;
+  ASSERT_EQ(milp.code, 0) << milp.err;
+  const auto a = Json::parse(dp.out), b = Json::parse(milp.out);
+  EXPECT_NEAR(a["prediction"]["iteration_time_s"].get<double>() / b["prediction"]["iteration_time_s"].get<double>(),
+              1.0, 1e-6);
+  EXPECT_GT(b["stats"]["milp_solves"].get<int>(), 0);
+}
+
+TEST(TuneCli, CompareToPrintsTheSpeedupOverTheUsersFlags) {
+  const std::string flags =
+      "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 1 "
+      "--global-batch-size 16 --seq-length 1024 --bf16";
+  auto o = mist(job({"--compare-to", flags, "--json"}));
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto j = Json::parse(o.out);
+  ASSERT_TRUE(j.contains("compare_to"));
+  const auto& c = j["compare_to"];
+  EXPECT_EQ(c["plan"]["dp"], 4);
+  // mist searches a space that contains the user's plan, so it is never slower.
+  EXPECT_GE(c["speedup"].get<double>(), 1.0 - 1e-9);
+  EXPECT_NEAR(c["speedup"].get<double>(),
+              c["iteration_time_s"].get<double>() / j["prediction"]["iteration_time_s"].get<double>(), 1e-12);
+  auto text = mist(job({"--compare-to", flags}));
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("your configuration"), std::string::npos) << text.out;
+}
+
+TEST(TuneCli, BadOptionsNameTheField) {
+  struct Case {
+    std::vector<std::string> extra;
+    const char* field;
+  };
+  const Case cases[] = {{{"--solver", "simplex"}, "--solver"},
+                        {{"--engine", "jax"}, "engine"},
+                        {{"--engine", "megatron", "--space", "deepspeed"}, "--engine"},
+                        {{"--solver", "milp", "--milp-time-limit", "0"}, "--milp-time-limit"},
+                        {{"--compare-to", "--tensor-model-parallel-size 3"}, "tensor"},
+                        {{"--compare-to", "--tensor-model-parallel-size 1", "--compare-megatron-flags", "--bf16"},
+                         "--compare-megatron-flags"}};
+  for (const auto& c : cases) {
+    auto o = mist(job(c.extra));
+    EXPECT_EQ(o.code, 2) << c.field << ": " << o.err;
+    EXPECT_NE(o.err.find(c.field), std::string::npos) << o.err;
+  }
+}
+
+}  // namespace
+}  // namespace mist::cli

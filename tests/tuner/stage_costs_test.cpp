@@ -1,0 +1,144 @@
+#include "tuner/stage_costs.hpp"
+
+#include <gtest/gtest.h>
+
+#include "tuner/inter_stage.hpp"
+
+namespace mist::tuner {
+namespace {
+
+struct Job {
+  const char* model;
+  const char* gpu;
+  int64_t nodes, per_node, gbs, seq;
+};
+
+// Jobs where memory binds (so offloading and recomputation matter) and where it does not.
+const Job kJobs[] = {{"gpt3-1.3b", "L4-24GB", 1, 4, 32, 2048},
+                     {"mist-llama-2.7b", "A100-SXM4-40GB", 1, 4, 64, 4096},
+                     {"gpt3-2.7b", "V100-SXM2-32GB", 2, 4, 64, 2048}};
+
+struct Fixture {
+  spec::ModelSpec m;
+  spec::ClusterSpec c;
+  spec::TrainingSpec t;
+};
+
+Fixture fixture(const Job& j) {
+  Fixture f{*spec::catalog_model(j.model),
+            *spec::cluster_from_json(Json{{"gpu", j.gpu}, {"nodes", j.nodes}, {"gpus_per_node", j.per_node}}, "cluster"),
+            {}};
+  f.t.global_batch_size = j.gbs;
+  f.t.seq_length = j.seq;
+  f.t.precision = f.c.gpu.bf16_flops > 0 ? spec::Dtype::kBf16 : spec::Dtype::kFp16;
+  f.t.flash_attention = true;
+  return f;
+}
+
+SearchSpace test_space() {
+  SearchSpace s;
+  s.tp = {1, 2};
+  s.micro_batch = {1, 4};
+  s.max_pp = 4;
+  s.weight_offload = s.grad_offload = {0, 0.5, 1};
+  s.opt_offload = {0, 0.5, 1};
+  s.act_offload = {0, 0.5, 1};
+  return s;
+}
+
+// StageCosts::candidates prunes exactly only if raising recomputation or a weight, gradient or
+// activation offload fraction never lowers T, nor T + D; and optimizer offload leaves T alone.
+TEST(StageCosts, TimeModelIsMonotoneWhereThePruningAssumesIt) {
+  const double eps = 1e-12;
+  int checked = 0;
+  for (const auto& j : kJobs) {
+    const auto f = fixture(j);
+    const auto space = test_space();
+    for (const auto& layout : layouts(space, f.m, f.c, f.t)) {
+      auto timer = analysis::StageTimer::create(f.m, f.c, f.t, layout);
+      const int64_t l = f.m.num_layers / layout.pp;
+      for (int i : {0, static_cast<int>(layout.pp) - 1})
+        for (const auto& s : stage_settings(space, l, layout.dp)) {
+          const auto a = timer.parts(s, i);
+          auto raised = [&](plan::StagePlan r) {
+            const auto b = timer.parts(r, i);
+            EXPECT_GE(b.stable(), a.stable() - eps * a.stable());
+            EXPECT_GE(b.stable() + b.delta(), a.stable() + a.delta() - eps * a.stable());
+            ++checked;
+          };
+          plan::StagePlan r = s;
+          if (s.ckpt_layers < l) r.ckpt_layers++, raised(r);
+          r = s;
+          if (s.offload.weights < 1) r.offload.weights += 0.5, raised(r);
+          r = s;
+          if (s.offload.gradients < 1) r.offload.gradients += 0.5, raised(r);
+          r = s;
+          if (s.offload.activations < 1) r.offload.activations += 0.5, raised(r);
+          r = s;
+          if (s.offload.optimizer_states < 1) {
+            r.offload.optimizer_states += 0.5;
+            EXPECT_DOUBLE_EQ(timer.parts(r, i).stable(), a.stable());
+          }
+        }
+    }
+  }
+  EXPECT_GT(checked, 10000);
+}
+
+// Every fitting setting is matched by a candidate that is no slower in T and in T + D, so the
+// pruned candidates lose nothing the pipeline objective can see.
+TEST(StageCosts, CandidatesCoverEveryFittingSetting) {
+  int covered = 0, pruned_total = 0;
+  for (const auto& j : kJobs) {
+    const auto f = fixture(j);
+    const auto space = test_space();
+    for (const auto& layout : layouts(space, f.m, f.c, f.t)) {
+      MemoryPrograms programs(f.m, f.c, f.t);
+      auto costs = StageCosts::create(f.m, f.c, f.t, space, layout, programs);
+      ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
+      const int64_t l = f.m.num_layers / layout.pp;
+      for (int i = 0; i < layout.pp; ++i) {
+        TuneStats stats;
+        const auto all = costs->cost(stage_settings(space, l, layout.dp), i, stats, nullptr);
+        const auto cand = costs->candidates(l, i, stats, nullptr);
+        EXPECT_LE(cand.size(), all.size());
+        pruned_total += static_cast<int>(all.size() - cand.size());
+        for (const auto& p : all) {
+          const bool ok = std::any_of(cand.begin(), cand.end(), [&](const Point& q) {
+            return q.T <= p.T * (1 + 1e-12) && q.T + q.D <= (p.T + p.D) * (1 + 1e-12);
+          });
+          EXPECT_TRUE(ok) << "layout dp " << layout.dp << " tp " << layout.tp << " pp " << layout.pp << " stage " << i
+                          << ": zero " << p.st.zero << " c " << p.st.ckpt_layers << " offload " << p.st.offload.weights
+                          << "/" << p.st.offload.gradients << "/" << p.st.offload.optimizer_states << "/"
+                          << p.st.offload.activations;
+          covered += ok;
+        }
+        // Candidates fit, as the full costing says.
+        for (const auto& q : cand)
+          EXPECT_TRUE(std::any_of(all.begin(), all.end(), [&](const Point& p) {
+            return p.st.zero == q.st.zero && p.st.ckpt_layers == q.st.ckpt_layers && p.st.offload == q.st.offload;
+          }));
+      }
+    }
+  }
+  EXPECT_GT(covered, 1000);
+  EXPECT_GT(pruned_total, covered / 2);  // the pruning does prune
+}
+
+TEST(InterStage, ParetoSampleKeepsTheEndsAndDropsBeatenPoints) {
+  std::vector<Point> pts;
+  for (int k = 0; k < 20; ++k) pts.push_back(Point{1.0 + k, 20.0 - 1.5 * k, 0, {}, 0});  // T + D falls
+  pts.push_back(Point{5, 100, 0, {}, 0});                                                // beaten
+  auto front = pareto_sample(pts, 0);
+  EXPECT_EQ(front.size(), 20u);
+  auto five = pareto_sample(pts, 5);
+  ASSERT_EQ(five.size(), 5u);
+  EXPECT_EQ(five.front().T, 1.0);
+  EXPECT_EQ(five.back().T, 20.0);
+  // A point with larger T and larger T + D is never kept, even with a smaller D.
+  auto two = pareto_sample({Point{1, 5, 0, {}, 0}, Point{2, 4.5, 0, {}, 0}}, 0);
+  EXPECT_EQ(two.size(), 1u);
+}
+
+}  // namespace
+}  // namespace mist::tuner
