@@ -24,7 +24,10 @@ import time
 # (size, nodes, gpus per node, global batch): the diagonal of the paper's weak-scaling grid.
 GRID = [("1.3b", 1, 2, 32), ("2.7b", 1, 4, 64), ("7b", 1, 8, 128), ("13b", 2, 8, 256), ("22b", 4, 8, 512)]
 GPUS = {"L4": ("L4-24GB", 2048), "A100": ("A100-SXM4-40GB", 4096)}
-SPACES = ["mist", "megatron", "deepspeed"]
+# "engine:megatron" is `--engine megatron`: every plan Megatron-LM can run (issue 6's gap), as
+# opposed to the `megatron` space, what a Megatron-LM user sweeps by hand.
+SPACES = ["mist", "megatron", "deepspeed", "engine:megatron"]
+BASES = SPACES[1:]
 
 
 def layout_text(plan):
@@ -56,8 +59,9 @@ def run_tune(mist, model, gpu, nodes, per_node, gbs, seq, space, tmp):
         json.dump({"global_batch_size": gbs, "seq_length": seq, "precision": "fp16", "optimizer": "adamw",
                    "flash_attention": True}, f)
     start = time.monotonic()
-    proc = subprocess.run([mist, "tune", "--model", model, "--cluster", cluster, "--training", training, "--space",
-                           space, "--top", "1", "--json"], capture_output=True, text=True)
+    which = ["--engine", space.split(":", 1)[1]] if space.startswith("engine:") else ["--space", space]
+    proc = subprocess.run([mist, "tune", "--model", model, "--cluster", cluster, "--training", training, *which,
+                           "--top", "1", "--json"], capture_output=True, text=True)
     wall = time.monotonic() - start
     if proc.returncode == 3:
         return {"fits": False, "wall_s": wall}
@@ -74,22 +78,23 @@ def fmt_time(r):
 
 
 def table(rows):
-    out = ["| GPU | model | GPUs | GBS | s | mist | megatron | deepspeed | vs megatron | vs deepspeed | "
-           "mist's plan | tuning s (mist/meg/ds) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    bases = [b for b in BASES if all(b in r for r in rows)]
+    out = ["| GPU | model | GPUs | GBS | s | mist | " + " | ".join(bases) + " | " +
+           " | ".join("vs " + b for b in bases) + " | mist's plan | tuning s (" + "/".join(["mist"] + bases) + ") |",
+           "|---" * (7 + 2 * len(bases)) + "|"]
     for r in rows:
         sp = []
-        for base in ("megatron", "deepspeed"):
+        for base in bases:
             if r["mist"]["fits"] and r[base]["fits"]:
                 sp.append("{:.2f}x".format(r[base]["iteration_time_s"] / r["mist"]["iteration_time_s"]))
             else:
                 sp.append("—")
-        out.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
-            r["gpu"], r["model"], r["gpus"], r["gbs"], r["seq"], fmt_time(r["mist"]), fmt_time(r["megatron"]),
-            fmt_time(r["deepspeed"]), sp[0], sp[1], r["mist"].get("layout", "—"),
-            "/".join("{:.1f}".format(r[s]["wall_s"]) for s in SPACES)))
+        out.append("| " + " | ".join(str(x) for x in [r["gpu"], r["model"], r["gpus"], r["gbs"], r["seq"],
+                                                       fmt_time(r["mist"])] + [fmt_time(r[b]) for b in bases] + sp +
+                                     [r["mist"].get("layout", "—"),
+                                      "/".join("{:.1f}".format(r[s]["wall_s"]) for s in ["mist"] + bases)]) + " |")
     out.append("")
-    for base in ("megatron", "deepspeed"):
+    for base in bases:
         for gpu in sorted({r["gpu"] for r in rows}) + ["all"]:
             sub = [r for r in rows if gpu in ("all", r["gpu"])]
             s = [r[base]["iteration_time_s"] / r["mist"]["iteration_time_s"]

@@ -4,34 +4,15 @@
 
 #include "analysis/memory_model.hpp"
 #include "analysis/time_model.hpp"
+#include "tune_jobs.hpp"
 
 namespace mist::tuner {
 namespace {
 
-spec::ClusterSpec cluster(const std::string& gpu, int64_t nodes, int64_t per_node) {
-  return *spec::cluster_from_json(Json{{"gpu", gpu}, {"nodes", nodes}, {"gpus_per_node", per_node}}, "cluster");
-}
-
-spec::ModelSpec small_gpt(int64_t layers, int64_t hidden) {
-  auto m = *spec::catalog_model("gpt3-1.3b");
-  m.name = "small";
-  m.num_layers = layers;
-  m.hidden_size = hidden;
-  m.num_heads = hidden / 128;
-  m.num_kv_heads = m.num_heads;
-  m.ffn_hidden_size = 4 * hidden;
-  return m;
-}
-
-spec::TrainingSpec training(int64_t gbs, int64_t seq) {
-  spec::TrainingSpec t;
-  t.global_batch_size = gbs;
-  t.seq_length = seq;
-  return t;
-}
+using namespace testing;
 
 // A space small enough for the exhaustive oracle.
-SearchSpace small_space() {
+SearchSpace oracle_space() {
   SearchSpace s;
   s.tp = {1, 2};
   s.micro_batch = {1, 2};
@@ -49,7 +30,7 @@ TEST(Tuner, ReturnsFittingPlansThatPredictAgrees) {
   const auto c = cluster("L4-24GB", 1, 4);
   const auto t = training(16, 2048);
   TuneOptions o;
-  o.space = small_space();
+  o.space = oracle_space();
   auto r = tune(m, c, t, o);
   ASSERT_TRUE(r.has_value()) << r.error().to_string();
   ASSERT_FALSE(r->best.empty());
@@ -79,7 +60,7 @@ TEST(Tuner, HierarchicalMatchesExhaustiveOnSmallJobs) {
     const auto c = cluster(j.gpu, 1, j.gpus);
     const auto t = training(j.gbs, 2048);
     TuneOptions o;
-    o.space = small_space();
+    o.space = oracle_space();
     o.space.pareto_points = 8;
     auto fast = tune(m, c, t, o);
     o.exhaustive = true;
@@ -143,7 +124,7 @@ TEST(Tuner, NearMissWhenNothingFits) {
   const auto m = *spec::catalog_model("llama2-70b");
   const auto c = cluster("L4-24GB", 1, 2);
   TuneOptions o;
-  o.space = small_space();
+  o.space = oracle_space();
   o.space.max_pp = 2;
   auto r = tune(m, c, training(8, 4096), o);
   ASSERT_TRUE(r.has_value());
