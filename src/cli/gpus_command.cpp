@@ -57,8 +57,7 @@ Json row_json(const advisor::Row& r) {
          {"gpus_per_node", r.gpus_per_node},
          {"feasible", r.feasible},
          {"pareto", r.pareto},
-         {"plan", r.plan ? plan::plan_to_json(*r.plan) : Json(nullptr)},
-         {"tune_seconds", r.tune_seconds}};
+         {"plan", r.plan ? plan::plan_to_json(*r.plan) : Json(nullptr)}};
   if (r.feasible) {
     j["iteration_time_s"] = r.iteration_time_s;
     j["tokens_per_s"] = r.tokens_per_s;

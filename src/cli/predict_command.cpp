@@ -65,7 +65,6 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   }
   if (a.json) {
     Json j = prediction_json(*job, *pred);
-    j["op_time_sources"] = profile::to_json(pred->time.op_sources);  // docs/profile.md
     if (!notes.empty()) j["import_notes"] = notes;
     if (simulated) {
       j["closed_form_iteration_time_s"] = pred->time.iteration_time_s;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/units.hpp"
+#include "profile/op_source.hpp"
 
 namespace mist::cli {
 
@@ -99,6 +100,7 @@ Json prediction_json(const Job& job, const Prediction& pred) {
               {"model_flops_per_iteration", t.model_flops_per_iteration},
               {"model_tflops_per_gpu", t.model_tflops_per_gpu},
               {"mfu", t.mfu},
+              {"op_time_sources", profile::to_json(t.op_sources)},  // docs/profile.md
               {"stages", stages}};
 }
 

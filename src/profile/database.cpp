@@ -59,11 +59,14 @@ bool positive_finite(double x) { return std::isfinite(x) && x > 0; }
 Result<void> validate(const Measurement& m) {
   for (auto [name, value] : {std::pair{"device", &m.device}, {"op", &m.op}, {"shape", &m.shape}, {"kind", &m.kind}})
     if (value->empty()) return fail(name, "must not be empty");
-  // Text fields travel through CSV unquoted.
+  // Text fields travel through CSV unquoted, and into SQLite as C strings (a NUL would cut the
+  // key short there, so two different rows would collide; found by fuzz/profile_csv_fuzzer.cpp).
   for (auto [name, value] : {std::pair{"device", &m.device}, {"op", &m.op}, {"shape", &m.shape}, {"kind", &m.kind},
-                             {"source", &m.source}, {"date", &m.date}})
+                             {"source", &m.source}, {"date", &m.date}}) {
+    if (value->find('\0') != std::string::npos) return fail(name, "must not contain a NUL byte");
     if (value->find_first_of(",\"\n\r") != std::string::npos)
       return fail(name, fmt::format("must not contain a comma, quote or line break, got '{}'", *value));
+  }
   if (m.dtype != "fp32" && m.dtype != "bf16" && m.dtype != "fp16")
     return fail("dtype", fmt::format("must be fp32, bf16 or fp16, got '{}'", m.dtype));
   if (m.pass != "forward" && m.pass != "backward" && m.pass != "recompute")

@@ -13,6 +13,7 @@
 #include "analysis/pipeline_job.hpp"
 #include "analysis/time_model.hpp"
 #include "export/capability.hpp"
+#include "profile/op_source.hpp"
 #include "tuner/inter_stage.hpp"
 #include "tuner/stage_costs.hpp"
 
@@ -90,6 +91,12 @@ Result<TuneResult> tune(const spec::ModelSpec& m, const spec::ClusterSpec& c, co
   MIST_CHECK(plan::validate_precision(c, t));
   const SearchSpace& space = options.space;
   TuneResult result;
+  // An unreadable profile database would otherwise only surface at the final prediction, after a
+  // search on analytical op times.
+  if (!c.profile_db.empty()) {
+    auto table = profile::OpTable::load(c.profile_db);
+    if (!table) return fail("cluster." + table.error().path, table.error().message);
+  }
   if (options.engine) {
     // What no plan can change (e.g. fp16 on an engine without it) ends the search here.
     for (const auto& why : engines::inexpressible_reasons(plan::uniform_plan(m, 1, 1, 1, 1, 1, {}), *options.engine, &t))

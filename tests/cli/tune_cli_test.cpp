@@ -96,5 +96,16 @@ TEST(TuneCli, BadOptionsNameTheField) {
   }
 }
 
+// A profile database that cannot be read stops the search before it starts, naming the field.
+TEST(TuneCli, UnreadableProfileDatabaseIsRefusedUpFront) {
+  const std::string cluster = write("cluster_bad_db.json",
+                                    R"({"gpu": "L4-24GB", "nodes": 1, "gpus_per_node": 4, "profile_db": "no-such.db"})");
+  auto args = job({});
+  args[4] = cluster;  // --cluster
+  auto o = mist(args);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("cluster.profile_db"), std::string::npos) << o.err;
+}
+
 }  // namespace
 }  // namespace mist::cli

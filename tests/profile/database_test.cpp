@@ -116,6 +116,19 @@ TEST(Validate, NamesTheField) {
   x = m; x.source = "a, b"; expect(x, "source");
 }
 
+// fuzz/regressions/profile_csv/: a NUL in a key used to reach SQLite, which cut the key there.
+TEST(ProfileDatabase, RefusesNulInTextFields) {
+  auto m = row("attn.qkv", 1e-3);
+  for (std::string Measurement::*field : {&Measurement::device, &Measurement::op, &Measurement::shape,
+                                          &Measurement::kind, &Measurement::source, &Measurement::date}) {
+    auto x = m;
+    (x.*field) += std::string(1, '\0') + "tail";
+    auto r = validate(x);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message.find("NUL"), std::string::npos) << r.error().to_string();
+  }
+}
+
 TEST(Csv, RoundTripsAndIgnoresExtraColumns) {
   const auto a = row("attn.qkv", 1.25e-3), b = row("mlp.fc1", 2.5e-4, "H100-SXM5-80GB");
   const std::string text = std::string("case,") + kCsvHeader + "\nx," + csv_line(a) + "\ny," + csv_line(b) + "\n";

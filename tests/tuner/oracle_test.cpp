@@ -162,6 +162,11 @@ const std::vector<Job>& jobs() {
       {"llama", 8, 4096, "A100-SXM4-40GB", 1, 8, 64, 4096, true, Space::kDeepSpeed, 1},
       {"gpt", 12, 2560, "V100-SXM2-32GB", 1, 8, 16, 2048, false, Space::kDeepSpeed, 1},
       {"llama", 16, 2048, "L4-24GB", 1, 2, 8, 2048, false, Space::kDeepSpeed, 1},
+      // One or two micro-batches per iteration: the first/last extras D (gradient reduction,
+      // parameter gathers, the optimizer step, offloaded or not) weigh as much as the steady
+      // state, so the frontier's D side and the exposed-delta term decide the optimum.
+      {"gpt", 8, 4096, "L4-24GB", 1, 4, 4, 2048, true, Space::kMistOffload, 1},
+      {"llama", 12, 4096, "A100-SXM4-40GB", 1, 4, 4, 4096, true, Space::kMistSmall, 1},
   };
   return all;
 }
