@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 minutes="${1:-8}"
 shift || true
-all=(model cluster training plan megatron deepspeed predict profile_csv)
+all=(model cluster training plan megatron deepspeed torchtitan predict profile_csv)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 # Build once, then run on that build: edits to the tree during the session do not change it.

@@ -3,7 +3,7 @@
 # SECONDS (default 45), JOBS (default 2) at a time. Any crash, sanitizer report, timeout or broken
 # invariant fails the run (exit 1) and leaves the input in build-fuzz/artifacts/<target>/.
 #   scripts/fuzz-run.sh [SECONDS] [TARGET...]     targets: model cluster training plan megatron
-#                                                 deepspeed predict profile_csv (default: all)
+#                                                 deepspeed torchtitan predict profile_csv (default: all)
 # The corpus grows in build-fuzz/corpus/<target>/ across runs; it starts from fuzz/seeds/, the
 # examples, the catalogs and fuzz/regressions/ (inputs that once failed: replayed on every run).
 # Final libFuzzer stats per target: build-fuzz/logs/<target>.log; one summary line each on stdout.
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-45}"
 shift || true
-all=(model cluster training plan megatron deepspeed predict profile_csv)
+all=(model cluster training plan megatron deepspeed torchtitan predict profile_csv)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 B="${FUZZ_BUILD_DIR:-build-fuzz}"
@@ -43,7 +43,7 @@ fi
 
 run_one() {
   local t="$1" dict=fuzz/json.dict
-  [[ "$t" == megatron ]] && dict=fuzz/flags.dict
+  [[ "$t" == megatron || "$t" == torchtitan ]] && dict=fuzz/flags.dict
   [[ "$t" == profile_csv ]] && dict=fuzz/csv.dict
   # -timeout: an input running longer is a finding (a loop over a size the parser let by). One
   # predict of GPT-3 13B takes about 0.4 s of CPU under ASan, so 30 s leaves room for a busy machine.

@@ -173,6 +173,7 @@ Result<Comparison> compare_gpus(const spec::ModelSpec& m, const spec::TrainingSp
         if (c.error().path.empty()) c.error().path = "--candidates";
         return std::unexpected(c.error());
       }
+      c->profile_db = o.profile_db;
       cells.push_back(std::move(*c));
     }
   }

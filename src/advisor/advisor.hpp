@@ -28,6 +28,9 @@ struct AdvisorOptions {
   tuner::SearchSpace space;               // what the tuner searches in every cell
   std::vector<GpuPrice> prices;           // US$ per GPU-hour by GPU type (may miss some)
   int threads = 2;                        // cells tuned at once (the tuner is re-entrant)
+  // Measured op times for every cell's cluster (docs/profile.md): exact rows for a GPU type that
+  // has them, Habitat-scaled rows of another GPU type otherwise. Empty: analytical op times.
+  std::string profile_db;
   // Called after each cell with (cells done, cells in all), from the worker threads but never
   // two at once. May be empty.
   std::function<void(size_t done, size_t total)> progress;

@@ -11,13 +11,14 @@
 #include "advisor/advisor.hpp"
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
+#include "profile/op_source.hpp"
 
 namespace mist::cli {
 
 namespace {
 
 struct GpusArgs {
-  std::string model, training, prices, space = "mist";
+  std::string model, training, prices, space = "mist", profile_db;
   std::vector<std::string> candidates;
   std::vector<int64_t> counts = {8, 16, 64};
   double tokens = 1e12;
@@ -141,6 +142,11 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
         std::vector<double>{0, 0.5, 1};
     if (a.space != "mist") return invalid(Error{"--fast", "applies to the mist space only"});
   }
+  if (!a.profile_db.empty()) {
+    auto table = profile::OpTable::load(a.profile_db);
+    if (!table) return invalid(Error{"--profile-db", table.error().message});
+    o.profile_db = a.profile_db;
+  }
   for (const auto& c : a.candidates)
     if (!c.empty()) o.gpus.push_back(c);
   o.counts = a.counts;
@@ -209,6 +215,8 @@ std::vector<Command> add_gpus_command(CLI::App& app) {
   g->add_option("--space", a->space, "search space: mist, megatron or deepspeed")->capture_default_str();
   g->add_option("--gpus-per-node", a->gpus_per_node, "node size for every GPU type (default: the catalog's)")
       ->check(CLI::Range(1, 64));
+  g->add_option("--profile-db", a->profile_db,
+                "measured op times (docs/profile.md); other GPU types' rows are scaled Habitat-style");
   g->add_option("--threads", a->threads, "cells tuned at once")->check(CLI::Range(1, 64))->capture_default_str();
   g->add_flag("--fast", a->fast, "coarser offload grid {0, 0.5, 1} (mist space): faster, may miss a little");
   g->add_flag("--json", a->json, "print {rows: [...], smallest_fitting} as JSON");

@@ -35,6 +35,15 @@ std::vector<std::string> small_job(std::vector<std::string> extra) {
   return args;
 }
 
+// Measured op times are given once for every cell; a database that cannot be read is refused
+// before any tuning, naming the option.
+TEST(GpusCli, UnreadableProfileDatabaseIsRefusedNamingTheOption) {
+  auto o = mist(small_job({"--candidates", "A100-SXM4-80GB", "--gpus", "1", "--profile-db",
+                           temp_file("not_a_database.db", "this is not SQLite")}));
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--profile-db"), std::string::npos) << o.err;
+}
+
 TEST(GpusCli, JsonRowsCarryTheDocumentedFields) {
   auto o = mist(small_job({"--candidates", "A100-SXM4-80GB,V100-SXM2-32GB,H200-SXM-141GB", "--gpus", "1,2",
                            "--tokens", "1e9", "--json"}));
