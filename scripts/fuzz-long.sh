@@ -15,6 +15,6 @@ JOBS=1 nice -n 19 scripts/fuzz-run.sh 1 model >/dev/null || exit 1
 failed=0
 for t in "${targets[@]}"; do
   date -u +"%H:%M:%S start $t"
-  FUZZ_BUILD=0 JOBS=1 nice -n 19 scripts/fuzz-run.sh $((minutes * 60)) "$t" | grep -E '^fuzz |^  ' || failed=1
+  FUZZ_SEED="${FUZZ_SEED:-0}" FUZZ_BUILD=0 JOBS=1 nice -n 19 scripts/fuzz-run.sh $((minutes * 60)) "$t" | grep -E '^fuzz |^  ' || failed=1
 done
 exit $failed

@@ -47,7 +47,9 @@ run_one() {
   [[ "$t" == profile_csv ]] && dict=fuzz/csv.dict
   # -timeout: an input running longer is a finding (a loop over a size the parser let by). One
   # predict of GPT-3 13B takes about 0.4 s of CPU under ASan, so 30 s leaves room for a busy machine.
-  if "$B/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-30}" -rss_limit_mb=2048 -max_len=8192 \
+  # -seed: CI's short runs follow the same mutation sequence every time (FUZZ_SEED=0: random, as
+  # the long runs use), so a red CI is reproducible and not a matter of luck.
+  if "$B/fuzz/fuzz_$t" -seed="${FUZZ_SEED:-1}" -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-30}" -rss_limit_mb=2048 -max_len=8192 \
        -dict="$dict" -print_final_stats=1 -artifact_prefix="$B/artifacts/$t/" \
        "$B/corpus/$t" "$seeds/$t" >"$B/logs/$t.log" 2>&1; then
     status=ok

@@ -66,13 +66,20 @@ const std::array<GpuNumber, 15> kGpuNumbers = {{
     {"matmul_bf16_TFLOPS", &GpuSpec::matmul_bf16_flops, kTFLOPS, kMaxTflops, false},
 }};
 
-// A number in [0, hi] (or (0, hi] when `positive`), returned in SI units.
+constexpr double kMinNonZero = 1e-9;
+
+// A number in {0} ∪ [1e-9, hi] (or [1e-9, hi] when `positive`), returned in SI units.
 Result<double> read_number(const JsonFields& f, std::string_view key, double unit, double hi,
                            bool positive) {
   MIST_TRY(double x, f.number(key, -std::numeric_limits<double>::max(), hi));
   if (positive && x <= 0)
     return fail(f.field_path(key), fmt::format("must be positive, got {:g}", x));
   if (x < 0) return fail(f.field_path(key), fmt::format("must not be negative, got {:g}", x));
+  // Rates this small (1e-9 of the field's unit: a kilobyte or kiloFLOP per second) describe no
+  // real hardware and turn times into infinities (found by fuzz/predict_fuzzer.cpp).
+  if (x > 0 && x < kMinNonZero)
+    return fail(f.field_path(key), fmt::format("must be {}at least {:g}, got {:g}", positive ? "" : "0 or ",
+                                               kMinNonZero, x));
   return x * unit;
 }
 

@@ -183,3 +183,21 @@ TEST(DegenerateShapes, MorePipelineStagesThanLayersIsRejected) {
 
 }  // namespace
 }  // namespace mist::hardening
+
+namespace mist::hardening {
+namespace {
+
+// fuzz/regressions/predict/tiny_rates_inf_time.json: a GPU override with a 1e-310 TB/s memory
+// bandwidth or a 1e-300 TFLOPS peak passed "positive" and made the iteration time infinite.
+TEST(ClusterGuards, ImplausiblySmallGpuRatesAreRefusedNamingTheField) {
+  for (const char* key : {"mem_bw_TBps", "bf16_TFLOPS", "fp32_TFLOPS"}) {
+    Json c = Json::parse(R"({"gpu": {"name": "A100-SXM4-80GB"}, "nodes": 1, "gpus_per_node": 8})");
+    c["gpu"][key] = 1e-300;
+    EXPECT_TRUE(fails_naming(spec::cluster_from_json(c, "cluster"), std::string("cluster.gpu.") + key)) << key;
+    c["gpu"][key] = 1e-9;  // the floor itself is accepted
+    EXPECT_TRUE(spec::cluster_from_json(c, "cluster").has_value()) << key;
+  }
+}
+
+}  // namespace
+}  // namespace mist::hardening
