@@ -22,8 +22,7 @@ using testing::Outcome;
 
 // Writes `text` to a fresh temporary file and returns its path.
 std::string temp_file(const std::string& name, const std::string& text) {
-  fs::path dir = fs::temp_directory_path() / "mist_cli_test";
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_dir("cli");
   fs::path p = dir / name;
   std::ofstream(p) << text;
   return p.string();

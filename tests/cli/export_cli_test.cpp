@@ -19,8 +19,7 @@ using testing::mist;
 using testing::Outcome;
 
 std::string temp_path(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / "mist_export_cli_test";
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_dir("export-cli");
   return (dir / name).string();
 }
 

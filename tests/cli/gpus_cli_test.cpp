@@ -14,8 +14,7 @@ namespace fs = std::filesystem;
 using testing::mist;
 
 std::string temp_file(const std::string& name, const std::string& text) {
-  fs::path dir = fs::temp_directory_path() / "mist_gpus_cli_test";
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_dir("gpus-cli");
   fs::path p = dir / name;
   std::ofstream(p) << text;
   return p.string();

@@ -25,8 +25,7 @@ std::vector<std::string> simulate(const std::string& plan) {
 }
 
 TEST(Simulate, PrintsBothIterationTimesAndWritesAPerfettoTrace) {
-  const fs::path dir = fs::temp_directory_path() / "mist_simulate_test";
-  fs::create_directories(dir);
+  const fs::path dir = testing::scratch_dir("simulate");
   const std::string trace = (dir / "trace.json").string();
   fs::remove(trace);
   auto args = simulate("plan_gpt13b_2x8.json");

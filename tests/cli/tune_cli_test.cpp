@@ -13,7 +13,7 @@ namespace {
 using testing::mist;
 
 std::string write(const std::string& name, const std::string& text) {
-  const auto path = (std::filesystem::temp_directory_path() / ("mist_tune_cli_" + name)).string();
+  const auto path = (testing::scratch_dir("tune-cli") / name).string();
   std::ofstream(path) << text;
   return path;
 }

@@ -16,8 +16,7 @@ using cli::testing::Outcome;
 
 // Writes `text` to a fresh temporary file and returns its path.
 inline std::string temp_file(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "mist_hardening_test";
-  std::filesystem::create_directories(dir);
+  const auto dir = cli::testing::scratch_dir("hardening");
   const auto p = dir / name;
   std::ofstream(p) << text;
   return p.string();

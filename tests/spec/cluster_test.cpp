@@ -1,6 +1,8 @@
 // ClusterSpec: the JSON form, defaults derived from the GPU, overrides and bad input.
 #include "spec/cluster.hpp"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -153,7 +155,7 @@ TEST(Cluster, BadInput) {
 }
 
 TEST(Cluster, LoadFromFile) {
-  const auto file = std::filesystem::temp_directory_path() / "mist_spec_test_cluster.json";
+  const auto file = std::filesystem::temp_directory_path() / ("mist_spec_test_cluster-" + std::to_string(::getpid()) + ".json");
   std::ofstream(file) << R"({"gpu": "H200-SXM-141GB", "nodes": 4})";
   auto c = load_cluster(file.string());
   ASSERT_TRUE(c.has_value()) << c.error().to_string();

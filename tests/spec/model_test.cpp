@@ -1,6 +1,8 @@
 // ModelSpec: Hugging Face configs, mist's form, validation and parameter counts.
 #include "spec/model.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -351,7 +353,7 @@ TEST(LoadModel, CatalogNameOrFile) {
   ASSERT_TRUE(by_name.has_value());
   EXPECT_EQ(by_name->name, "llama3-8b");
 
-  const auto dir = std::filesystem::temp_directory_path() / "mist_spec_test_gpt2";
+  const auto dir = std::filesystem::temp_directory_path() / ("mist_spec_test_gpt2-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto file = dir / "config.json";
   std::ofstream(file) << kGpt2Config;

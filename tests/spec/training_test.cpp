@@ -1,6 +1,8 @@
 // TrainingSpec: defaults, round trip, dtype rules and bad input.
 #include "spec/training.hpp"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -92,7 +94,7 @@ TEST(Training, BadInput) {
 }
 
 TEST(Training, LoadFromFile) {
-  const auto file = std::filesystem::temp_directory_path() / "mist_spec_test_training.json";
+  const auto file = std::filesystem::temp_directory_path() / ("mist_spec_test_training-" + std::to_string(::getpid()) + ".json");
   std::ofstream(file) << R"({"global_batch_size": 128, "seq_length": 2048, "precision": "fp16"})";
   auto t = load_training(file.string());
   ASSERT_TRUE(t.has_value()) << t.error().to_string();
