@@ -353,7 +353,8 @@ TEST(LoadModel, CatalogNameOrFile) {
   ASSERT_TRUE(by_name.has_value());
   EXPECT_EQ(by_name->name, "llama3-8b");
 
-  const auto dir = std::filesystem::temp_directory_path() / ("mist_spec_test_gpt2-" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path() / ("mist-spec-" + std::to_string(::getpid())) /
+                   "mist_spec_test_gpt2";
   std::filesystem::create_directories(dir);
   const auto file = dir / "config.json";
   std::ofstream(file) << kGpt2Config;
@@ -365,7 +366,7 @@ TEST(LoadModel, CatalogNameOrFile) {
   std::ofstream(file) << R"({"model_type": "gpt2", "n_layer": 0, "vocab_size": 50257})";
   expect_error(load_model(file.string()), "model.n_layer", "at least 1");
   EXPECT_NE(load_model(file.string()).error().message.find(file.string()), std::string::npos);
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir.parent_path());
 
   auto missing = load_model("llama-9000");
   expect_error(missing, "llama-9000", "not a catalog model");
