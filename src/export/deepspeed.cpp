@@ -3,6 +3,7 @@
 #include <array>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "export/common.hpp"
 #include "export/splits.hpp"
@@ -173,10 +174,18 @@ std::vector<Option> megatron_deepspeed_options(const spec::ModelSpec& m, const s
   return o;
 }
 
-std::vector<std::string> deepspeed_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t) {
+std::vector<std::string> deepspeed_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t, const plan::Plan& p) {
   std::vector<std::string> notes{
       "the JSON alone runs data parallelism and ZeRO; tensor and pipeline parallelism and recompute come "
       "from the model code: the Megatron-DeepSpeed flags give them"};
+  if (p.pp > 1) {
+    std::vector<std::string> layers;
+    for (const auto& s : p.stages) layers.push_back(std::to_string(s.num_layers));
+    notes.push_back(fmt::format("blocks per stage {}: DeepSpeed's PipelineModule partitions them with "
+                                "partition_method 'type:transformer', which Megatron-DeepSpeed's GPTModelPipe "
+                                "sets (megatron/model/gpt_model.py); no flag or config key chooses another",
+                                fmt::join(layers, ", ")));
+  }
   if (m.qkv_bias && !m.linear_bias)
     notes.push_back("model.qkv_bias: Megatron-DeepSpeed has no QKV-only bias; the flags give the other shapes");
   if (m.parallel_block)

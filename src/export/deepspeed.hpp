@@ -18,7 +18,8 @@ Json deepspeed_config(const spec::TrainingSpec& t, const plan::Plan& p);
 // The Megatron-DeepSpeed flags that go with it (--deepspeed_config names `config_path`).
 std::vector<Option> megatron_deepspeed_options(const spec::ModelSpec& m, const spec::TrainingSpec& t,
                                                const plan::Plan& p, const std::string& config_path);
-std::vector<std::string> deepspeed_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t);
+// What the flags and the JSON do not carry; with pp > 1, the split DeepSpeed's partition makes.
+std::vector<std::string> deepspeed_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t, const plan::Plan& p);
 
 // A DeepSpeed config (and, when not empty, the Megatron-DeepSpeed flags launched with it) as a
 // plan for `m` on `c`. Without flags the job is data-parallel only and recompute, which the model

@@ -25,7 +25,7 @@ Result<ExportResult> export_plan(Engine e, const spec::ModelSpec& m, const spec:
     case Engine::kDeepSpeed:
       x.config = deepspeed_config(t, p);
       x.options = megatron_deepspeed_options(m, t, p, o.deepspeed_config_path);
-      x.notes = deepspeed_notes(m, t);
+      x.notes = deepspeed_notes(m, t, p);
       break;
     case Engine::kTorchtitan:
       x.options = torchtitan_options(t, p);

@@ -39,8 +39,10 @@ SearchSpace engine_space(engines::Engine e) {
   s.weight_offload = s.grad_offload = s.act_offload = {0};
   switch (e) {
     case Engine::kMegatron:
-      // --use-distributed-optimizer, --recompute-num-layers, --optimizer-offload-fraction.
+      // --use-distributed-optimizer, --recompute-num-layers, --optimizer-offload-fraction, and
+      // uneven first/last stages (--decoder-first/last-pipeline-num-layers).
       s.zero = {0, 1};
+      s.split_rule = SplitRule::kMegatronFirstLast;
       s.opt_offload = {0, 0.25, 0.5, 0.75, 1};
       break;
     case Engine::kDeepSpeed:
@@ -51,6 +53,9 @@ SearchSpace engine_space(engines::Engine e) {
       s.weight_offload_needs_zero3 = true;
       s.ckpt_all_or_nothing = true;
       s.recompute = {plan::Recompute::kNone};
+      // The pipeline engine partitions the blocks itself and runs ZeRO 0 or 1 only.
+      s.split_rule = SplitRule::kDeepSpeedPartition;
+      s.max_zero_with_pp = engines::engine_caps(e).max_zero_with_pp;
       break;
     case Engine::kTorchtitan:
       // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward), with all its state on the CPU
@@ -98,10 +103,11 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
   return out;
 }
 
-std::vector<int> zero_choices(const SearchSpace& space, int64_t dp) {
+std::vector<int> zero_choices(const SearchSpace& space, int64_t dp, int64_t pp) {
   std::vector<int> out;
   for (int z : space.zero)
-    if (z == 0 || dp > 1) out.push_back(z);  // nothing to shard without data parallelism
+    if ((z == 0 || dp > 1) && (pp == 1 || z <= space.max_zero_with_pp))  // nothing to shard without dp
+      out.push_back(z);
   return out;
 }
 
@@ -121,9 +127,9 @@ bool offload_allowed(const SearchSpace& space, int zero, double weights, double 
   return true;
 }
 
-std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t layers, int64_t dp) {
+std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t layers, int64_t dp, int64_t pp) {
   std::vector<plan::StagePlan> out;
-  for (int zero : zero_choices(space, dp))
+  for (int zero : zero_choices(space, dp, pp))
     for (int64_t c : ckpt_choices(space, layers))
       for (double wo : space.weight_offload)
         for (double go : space.grad_offload) {

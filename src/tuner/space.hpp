@@ -15,6 +15,17 @@
 
 namespace mist::tuner {
 
+// Which layer splits a search with one setting for every stage (uniform_stage_settings) tries;
+// engine_splits() enumerates them.
+enum class SplitRule {
+  kEven,                // as evenly as possible, the first L mod pp stages one block more
+  kMegatronFirstLast,   // the even split, and equal middle stages with the first and last stage each
+                        // within round(L/pp) ± layer_slack (Megatron-LM's --decoder-first/last-
+                        // pipeline-num-layers)
+  kDeepSpeedPartition,  // the one split DeepSpeed's PipelineModule makes with partition_method
+                        // 'type:transformer', which Megatron-DeepSpeed's GPTModelPipe hard-codes
+};
+
 struct SearchSpace {
   std::string name = "mist";
   std::vector<int64_t> tp = {1, 2, 4, 8};           // tensor-parallel degrees (within a node)
@@ -35,18 +46,22 @@ struct SearchSpace {
   bool weight_offload_needs_zero3 = false;           // DeepSpeed offloads parameters only under ZeRO-3
   bool uniform_stage_settings = false;  // every stage uses the same zero/ckpt/offload (Megatron)
   bool uniform_split = false;           // layers split as evenly as possible
+  SplitRule split_rule = SplitRule::kEven;  // splits of a uniform_stage_settings search
+  int max_zero_with_pp = 3;             // highest ZeRO level tried with pp > 1 (DeepSpeed's pipeline: 1)
   int layer_slack = 2;                  // stage layer counts within round(L/pp) ± slack (as Mist)
   int pareto_points = 30;               // (T, D) points kept per stage position and layer count
 };
 
 // `mist`: everything; `megatron`: DP/TP/PP, uniform split, one recompute count for all stages,
-// distributed optimizer on/off, micro-batch; `deepspeed`: data parallel only, ZeRO 0..3 with
-// optimizer (and, under ZeRO-3, parameter) offload and all-or-nothing checkpointing.
+// distributed optimizer on/off, micro-batch (the sweep a Megatron-LM user does by hand);
+// `deepspeed`: data parallel only, ZeRO 0..3 with optimizer (and, under ZeRO-3, parameter) offload
+// and all-or-nothing checkpointing.
 Result<SearchSpace> named_space(const std::string& name);
 
-// What an engine can run, as a space to search (`mist tune --engine`); the tuner also checks each
-// plan with the engine's capability model (export/capability.hpp) and moves it to the nearest
-// plan the engine can run.
+// What an engine can run, as a space to search (`mist tune --engine`): one setting for every stage,
+// the engine's splits (SplitRule), ZeRO levels, offload and recompute forms. The tuner also checks
+// each plan with the engine's capability model (export/capability.hpp) and moves it to the
+// nearest plan the engine can run.
 SearchSpace engine_space(engines::Engine e);
 
 // Parallel layouts to try: dp·tp·pp = GPUs, tp within a node and dividing heads, kv heads and FFN,
@@ -54,13 +69,14 @@ SearchSpace engine_space(engines::Engine e);
 std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                 const spec::TrainingSpec& t);
 
-// Per-stage settings to try for a stage of `layers` blocks under data-parallel degree `dp`.
-std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t layers, int64_t dp);
+// Per-stage settings to try for a stage of `layers` blocks under data-parallel degree `dp` and
+// `pp` pipeline stages.
+std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t layers, int64_t dp, int64_t pp = 1);
 
 // The pieces stage_settings combines, for searches that walk the grid themselves: ZeRO levels
-// that apply under `dp`, recomputed-block counts (ascending), and the pairing rules of weight and
-// gradient offload.
-std::vector<int> zero_choices(const SearchSpace& space, int64_t dp);
+// that apply under `dp` and `pp` (max_zero_with_pp), recomputed-block counts (ascending), and the
+// pairing rules of weight and gradient offload.
+std::vector<int> zero_choices(const SearchSpace& space, int64_t dp, int64_t pp = 1);
 std::vector<int64_t> ckpt_choices(const SearchSpace& space, int64_t layers);
 bool offload_allowed(const SearchSpace& space, int zero, double weights, double gradients);
 

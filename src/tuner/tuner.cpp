@@ -16,6 +16,7 @@
 #include "profile/op_source.hpp"
 #include "tuner/inter_stage.hpp"
 #include "tuner/stage_costs.hpp"
+#include "tuner/uniform_search.hpp"
 
 namespace mist::tuner {
 
@@ -66,14 +67,13 @@ std::optional<Candidate> engine_plan(const spec::ModelSpec& m, const spec::Clust
   plan::Plan same_layout = near;
   same_layout.stages = costs.layout().stages;
   if (same_layout == costs.layout()) {
-    std::vector<double> T, D;
+    std::vector<Point> pts;
     for (int i = 0; i < near.pp; ++i) {
-      auto pts = costs.cost({near.stages[static_cast<size_t>(i)]}, i, stats, nullptr);
-      if (pts.empty()) return std::nullopt;
-      T.push_back(pts.front().T);
-      D.push_back(pts.front().D);
+      auto f = costs.cost({near.stages[static_cast<size_t>(i)]}, i, stats, nullptr);
+      if (f.empty()) return std::nullopt;
+      pts.push_back(f.front());
     }
-    const double v = analysis::pipeline_iteration_time(T, D, near.grad_accum_steps, near.virtual_pipeline_stages);
+    const double v = uniform_objective(pts, near);
     return Candidate{near, v, v};
   }
   auto mem = analysis::predict_memory(m, c, t, near);
@@ -117,7 +117,9 @@ Result<TuneResult> tune(const spec::ModelSpec& m, const spec::ClusterSpec& c, co
   MemoryPrograms programs(m, c, t);
   for (const auto& layout : all_layouts) {
     MIST_TRY(auto costs, StageCosts::create(m, c, t, space, layout, programs));
-    const double lb = options.exhaustive ? 0 : lower_bound(costs, space, m.num_layers);
+    const double lb = options.exhaustive              ? 0
+                      : space.uniform_stage_settings ? uniform_lower_bound(costs, space, t, m.num_layers)
+                                                     : lower_bound(costs, space, m.num_layers);
     work.push_back(Work{std::move(costs), lb});
   }
   std::stable_sort(work.begin(), work.end(), [](const Work& a, const Work& b) { return a.bound < b.bound; });
@@ -143,27 +145,8 @@ Result<TuneResult> tune(const spec::ModelSpec& m, const spec::ClusterSpec& c, co
     std::vector<Point> least(static_cast<size_t>(layout.pp), Point{0, 0, kInf, {}, kInf});
     auto even = [&](int i) { return m.num_layers / layout.pp + (i < m.num_layers % layout.pp ? 1 : 0); };
     if (space.uniform_stage_settings) {
-      // One setting for every stage (Megatron's flags, DeepSpeed's config), uniform split.
-      const int64_t lmax = m.num_layers / layout.pp + (m.num_layers % layout.pp ? 1 : 0);
-      for (const auto& s : stage_settings(space, lmax, layout.dp)) {
-        std::vector<Point> pts;
-        bool ok = true;
-        for (int i = 0; i < layout.pp && ok; ++i) {
-          plan::StagePlan st = s;
-          st.num_layers = even(i);
-          st.ckpt_layers = std::min(s.ckpt_layers, st.num_layers);
-          if (space.ckpt_all_or_nothing && s.ckpt_layers > 0) st.ckpt_layers = st.num_layers;
-          auto f = costs.cost({st}, i, result.stats, &least[static_cast<size_t>(i)]);
-          ok = !f.empty();
-          if (ok) pts.push_back(f.front());
-        }
-        if (!ok) continue;
-        std::vector<double> T, D;
-        for (const auto& p : pts) T.push_back(p.T), D.push_back(p.D);
-        const double v = analysis::pipeline_iteration_time(T, D, layout.grad_accum_steps, layout.virtual_pipeline_stages);
-        ++result.stats.plans_evaluated;
-        if (!best || v < best->objective) best = StageChoice{pts, v};
-      }
+      // One setting for every stage (Megatron's flags, DeepSpeed's config) on the engine's splits.
+      best = uniform_search(costs, space, t, m.num_layers, result.stats, least);
     } else {
       StageFronts fronts(static_cast<size_t>(layout.pp));
       for (int i = 0; i < layout.pp; ++i)

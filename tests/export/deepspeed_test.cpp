@@ -31,6 +31,11 @@ TEST(DeepSpeed, PipelinedGpt13bWithZero1AndFullRecompute) {
                      "--deepspeed-activation-checkpointing", "--bf16", "--optimizer adam", "--hidden-dropout 0",
                      "--attention-dropout 0", "--num-layers 40", "--hidden-size 5120", "--ffn-hidden-size 20480",
                      "--num-attention-heads 40", "--max-position-embeddings 2048"}));
+  // No option chooses the partition (GPTModelPipe sets 'type:transformer'); the notes say which split it makes.
+  bool named = false;
+  for (const auto& n : r->exported->notes)
+    named |= n.find("20, 20") != std::string::npos && n.find("'type:transformer'") != std::string::npos;
+  EXPECT_TRUE(named);
 }
 
 TEST(DeepSpeed, DataParallelZero3WithParameterAndPartialOptimizerOffload) {
