@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "export/splits.hpp"
 
@@ -41,6 +42,23 @@ std::vector<std::vector<int64_t>> engine_splits(const SearchSpace& space, int64_
     case SplitRule::kDeepSpeedPartition: {
       auto split = engines::deepspeed_pipe_layers(L, pp, mixed_precision);
       if (!split.empty()) add(out, std::move(split), v);
+      break;
+    }
+    case SplitRule::kTorchtitanGenerated: {
+      // pipeline_parallel.py: (L + first + last) weights spread evenly, the first and last stage
+      // each `first`/`last` blocks fewer. With interleaving the capability model finds the
+      // weights for the even split, or moves the plan to the nearest generated one.
+      if (v > 1) {
+        add(out, even_split(L, pp), v);
+        break;
+      }
+      std::vector<std::pair<int64_t, int64_t>> weights{{1, 1}};
+      for (int64_t first = 0; first <= space.layer_slack + 1; ++first)
+        for (int64_t last = 0; last <= space.layer_slack + 1; ++last) weights.emplace_back(first, last);
+      for (auto [first, last] : weights) {
+        auto split = engines::torchtitan_stage_layers(L, pp, first, last);
+        if (!split.empty()) add(out, std::move(split), v);
+      }
       break;
     }
     case SplitRule::kMegatronFirstLast: {

@@ -22,7 +22,10 @@ std::vector<int64_t> even_split(int64_t L, int64_t pp);
 //    with v > 1 every stage's count divisible by v;
 //  - kDeepSpeedPartition: with pp > 1 the one split of DeepSpeed's partition_method
 //    'type:transformer' over Megatron-DeepSpeed's layer specs (engines::deepspeed_pipe_layers;
-//    `mixed_precision` adds its trailing cast), none when that leaves a stage without a block.
+//    `mixed_precision` adds its trailing cast), none when that leaves a stage without a block;
+//  - kTorchtitanGenerated: the splits torchtitan's generator makes (engines::torchtitan_stage_layers)
+//    from first/last "less layers" weights 0..layer_slack + 1, its default (1, 1) first; with v > 1
+//    the even split (the capability model finds the weights or the nearest generated split).
 // Every split has pp entries, each at least 1, summing to L; with v > 1 each divisible by v.
 std::vector<std::vector<int64_t>> engine_splits(const SearchSpace& space, int64_t L, int64_t pp, int64_t v = 1,
                                                 bool mixed_precision = true);

@@ -61,6 +61,7 @@ SearchSpace engine_space(engines::Engine e) {
       // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward), with all its state on the CPU
       // or none; activation checkpointing none, selective or full.
       s.zero = {0, 2, 3};
+      s.split_rule = SplitRule::kTorchtitanGenerated;
       s.weight_offload = s.grad_offload = s.opt_offload = {0, 1};
       s.ckpt_all_or_nothing = true;
       break;

@@ -24,6 +24,8 @@ enum class SplitRule {
                         // pipeline-num-layers)
   kDeepSpeedPartition,  // the one split DeepSpeed's PipelineModule makes with partition_method
                         // 'type:transformer', which Megatron-DeepSpeed's GPTModelPipe hard-codes
+  kTorchtitanGenerated, // the splits torchtitan generates from its first/last "less layers"
+                        // weights, each 0..layer_slack + 1 (its default 1, 1 first)
 };
 
 struct SearchSpace {

@@ -3,6 +3,7 @@
 // the embedding or head makes the first or last stage heavy.
 #include "tuner/engine_splits.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include <gtest/gtest.h>
@@ -54,7 +55,9 @@ TEST(EngineSplits, MegatronSplitsAreEvenOrFirstLastWithEqualMiddleStages) {
           ++uneven;
           for (size_t i = 2; i + 1 < s.size(); ++i) EXPECT_EQ(s[i], s[1]);  // middle stages even
           EXPECT_LE(std::abs(s.front() - mid), space.layer_slack);
-          if (pp > 2) EXPECT_LE(std::abs(s.back() - mid), space.layer_slack);
+          if (pp > 2) {
+            EXPECT_LE(std::abs(s.back() - mid), space.layer_slack);
+          }
           EXPECT_TRUE(megatron_accepts(s, v));
         }
       }
@@ -85,6 +88,26 @@ TEST(EngineSplits, DeepSpeedSearchesTheSplitOfItsPartitionMethod) {
   EXPECT_EQ(zero_choices(space, 8, 1).back(), 3);
 }
 
+TEST(EngineSplits, TorchtitanSearchesTheSplitsItsGeneratorMakes) {
+  const SearchSpace space = engine_space(engines::Engine::kTorchtitan);
+  int several = 0;
+  for (int64_t L = 2; L <= 64; ++L)
+    for (int64_t pp = 2; pp <= std::min<int64_t>(L, 8); ++pp) {
+      const auto splits = engine_splits(space, L, pp);
+      const auto defaults = engines::torchtitan_stage_layers(L, pp, 1, 1);
+      if (!defaults.empty() && std::ranges::min(defaults) >= 1) {  // mist's stages hold a block or more
+        ASSERT_FALSE(splits.empty());
+        EXPECT_EQ(splits.front(), defaults);  // torchtitan's default weights first
+      }
+      for (const auto& s : splits) {
+        EXPECT_EQ(std::accumulate(s.begin(), s.end(), int64_t{0}), L);
+        EXPECT_TRUE(engines::torchtitan_split(s, 1).has_value()) << L << " " << pp;
+      }
+      several += splits.size() > 3;
+    }
+  EXPECT_GT(several, 100);
+}
+
 TEST(EngineSplits, EvenRuleIsTheBaselineSplit) {
   auto space = *named_space("megatron");
   EXPECT_EQ(engine_splits(space, 30, 4), (std::vector<std::vector<int64_t>>{{8, 8, 7, 7}}));
@@ -113,10 +136,11 @@ Searched search_layout(const SearchSpace& space, const spec::ModelSpec& m, const
   TuneStats stats;
   std::vector<Point> least(static_cast<size_t>(layout.pp), Point{0, 0, 1e300, {}, 1e300});
   Searched out{uniform_search(*costs, space, t, m.num_layers, stats, least), layout};
-  if (out.best)
+  if (out.best) {
     for (const auto& p : out.best->stages) out.plan.stages.push_back(p.st);
-  // The bound is a bound.
-  if (out.best) EXPECT_LE(uniform_lower_bound(*costs, space, t, m.num_layers), out.best->objective * (1 + 1e-12));
+    // The bound is a bound.
+    EXPECT_LE(uniform_lower_bound(*costs, space, t, m.num_layers), out.best->objective * (1 + 1e-12));
+  }
   return out;
 }
 
