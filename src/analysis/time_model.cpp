@@ -6,6 +6,7 @@
 #include "analysis/memory_model.hpp"
 #include "graph/liveness.hpp"
 #include "graph/lower.hpp"
+#include "hardware/fit.hpp"
 
 namespace mist::analysis {
 
@@ -78,6 +79,11 @@ StageTimer StageTimer::create(const spec::ModelSpec& m, const spec::ClusterSpec&
   r.layout_ = p;
   r.layout_.stages.clear();
   r.k_ = k;
+  // Op-time constants fitted for this GPU by `mist fit` (the cluster's "time_constants" file).
+  if (!c.time_constants.empty()) {
+    auto applied = hardware::apply_constants_file(c.time_constants, c.gpu.name, "cluster.time_constants", r.k_.perf);
+    if (!applied) r.profile_error_ = applied.error();
+  }
   const bool sp = p.sequence_parallel && p.tp > 1;
   const bool selective = p.recompute == plan::Recompute::kSelective;
   const auto lm = graph::lower(m, t.seq_length, graph::lowering_options(t, sp));
@@ -85,7 +91,7 @@ StageTimer StageTimer::create(const spec::ModelSpec& m, const spec::ClusterSpec&
   at["b"] = static_cast<double>(p.micro_batch_size);
   at["t"] = static_cast<double>(p.tp);
   r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp);
-  std::shared_ptr<const profile::OpTable> table = k.profile;
+  std::shared_ptr<const profile::OpTable> table = r.k_.profile;
   if (!table && !c.profile_db.empty()) {
     auto loaded = profile::OpTable::load(c.profile_db);
     if (loaded)
@@ -93,14 +99,18 @@ StageTimer StageTimer::create(const spec::ModelSpec& m, const spec::ClusterSpec&
     else
       r.profile_error_ = Error{"cluster." + loaded.error().path, loaded.error().message};
   }
-  r.blk_ = layer_times(lm.block, at, c, t.precision, r.place_.tp, selective, k, table.get(), r.sources_);
-  r.emb_ = layer_times(lm.embedding, at, c, t.precision, r.place_.tp, selective, k, table.get(), r.sources_);
-  r.head_ = layer_times(lm.head, at, c, t.precision, r.place_.tp, selective, k, table.get(), r.sources_);
+  r.blk_ = layer_times(lm.block, at, c, t.precision, r.place_.tp, selective, r.k_, table.get(), r.sources_);
+  r.emb_ = layer_times(lm.embedding, at, c, t.precision, r.place_.tp, selective, r.k_, table.get(), r.sources_);
+  r.head_ = layer_times(lm.head, at, c, t.precision, r.place_.tp, selective, r.k_, table.get(), r.sources_);
   r.tied_params_ = eval(lm.tied_head_params, at);
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks).
   const double boundary = at["s"] * at["b"] * at["h"] * spec::dtype_bytes(t.precision) / static_cast<double>(p.tp);
-  r.p2p_s_ = hardware::p2p_time(c, r.place_.pp_crosses_nodes, boundary, k.comm);
+  r.p2p_s_ = hardware::p2p_time(c, r.place_.pp_crosses_nodes, boundary, r.k_.comm);
+  // Without sequence parallelism the receiver all-gathers the t slices over the TP group before
+  // using them (Megatron's scatter/gather optimisation, Narayanan et al. SC21 §4.1).
+  if (!sp && p.tp > 1)
+    r.p2p_s_ += hardware::collective_time(c, Collective::kAllGather, r.place_.tp, boundary * static_cast<double>(p.tp), r.k_.comm);
 
   // Model FLOPs: 3 × the forward matmul FLOPs of the whole model (no recompute), one sequence at t = 1.
   sym::Bindings one = lm.dims;
@@ -160,10 +170,16 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double fwd = l * blk_fwd + (first ? emb.fwd + emb.fwd_tp : 0) + (last ? head.fwd + head.fwd_tp : 0);
   const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? emb.bwd + emb.bwd_tp : 0) +
                      (last ? head.bwd + head.bwd_tp : 0);
+  // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
+  // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
+  // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter.
+  const double accum_params = l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0);
+  const double accum =
+      k.perf.fused_grad_accumulation ? 0 : hardware::streaming_time(c.gpu, accum_params * 3 * gb, k.perf);
   const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
   const double p2p_s = n_boundaries * v * p2p_s_;
   s.fwd = fwd;
-  s.bwd = bwd;
+  s.bwd = bwd + accum;
   s.p2p = p2p_s;
   s.recompute = ck * recompute_full + (selective ? (l - ck) * blk.core_fwd : 0);
   s.tp = l * (blk.fwd_tp + blk.bwd_tp) + ck * blk.fwd_tp;

@@ -26,6 +26,7 @@ std::vector<Command> add_tune_command(CLI::App& app);      // tune
 std::vector<Command> add_export_commands(CLI::App& app);   // export, import
 std::vector<Command> add_profile_command(CLI::App& app);   // profile, profile import
 std::vector<Command> add_gpus_command(CLI::App& app);      // gpus
+std::vector<Command> add_fit_command(CLI::App& app);       // fit
 #ifdef MIST_WITH_TORCH
 std::vector<Command> add_validate_command(CLI::App& app);  // validate (needs LibTorch)
 #endif

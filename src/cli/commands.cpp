@@ -26,6 +26,7 @@ int run(const std::vector<std::string>& args, std::string& out, std::string& err
   for (auto& c : add_validate_command(app)) commands.push_back(std::move(c));
 #endif
   for (auto& c : add_profile_command(app)) commands.push_back(std::move(c));
+  for (auto& c : add_fit_command(app)) commands.push_back(std::move(c));
 
   // CLI11 would only say "A subcommand is required" for `mist frobnicate`; name the word instead.
   if (!args.empty() && !args[0].empty() && args[0][0] != '-') {

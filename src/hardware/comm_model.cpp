@@ -1,17 +1,24 @@
 #include "hardware/comm_model.hpp"
 
+#include <algorithm>
+
 namespace mist::hardware {
 
 namespace {
 
-// Bus bandwidth of a ring over this group: NVLink inside a node, else the GPU's PCIe; a ring
-// that leaves the node runs at the per-GPU network share (each GPU has its own NIC on DGX-class
-// nodes; on cloud nodes the NIC is shared, which the catalog's per-GPU figure already divides).
-double ring_bandwidth(const spec::ClusterSpec& c, bool crosses_nodes, const CommConstants& k) {
+// Bus bandwidth of a ring over this group: NVLink inside a node, else the GPU's PCIe. A ring that
+// leaves the node crosses it through one NIC; NCCL runs one ring (channel) per NIC in use, and a
+// group with r members on a node uses the r NICs of those GPUs (rail-local: one NIC per GPU on
+// DGX A100/H100, NCCL's topology search picks each GPU's nearest NIC). The r rings each carry 1/r
+// of the data, so the bus bandwidth is r × the per-GPU network share (on cloud nodes whose NIC is
+// shared, the catalog's per-GPU figure already divides it), capped by the node's links. Off by
+// default (CommConstants::rail_local_rings): docs/time-model.md says why.
+double ring_bandwidth(const spec::ClusterSpec& c, bool crosses_nodes, int64_t per_node, const CommConstants& k) {
   const double intra = c.gpu.link_bw > 0 ? c.intra_node_bw * k.nvlink_efficiency
                                          : c.intra_node_bw * k.pcie_efficiency;
   if (!crosses_nodes) return intra;
-  return std::min(intra, c.inter_node_bw * k.network_efficiency);
+  const double rails = k.rail_local_rings ? static_cast<double>(std::max<int64_t>(1, per_node)) : 1.0;
+  return std::min(intra, rails * c.inter_node_bw * k.network_efficiency);
 }
 
 double latency(const spec::ClusterSpec& c, bool crosses_nodes) {
@@ -26,13 +33,13 @@ double collective_time(const spec::ClusterSpec& c, Collective op, Group g, doubl
   const double n = static_cast<double>(g.size);
   // A ring all-reduce is a reduce-scatter then an all-gather: each moves (n-1)/n of the data.
   const double steps = op == Collective::kAllReduce ? 2.0 : 1.0;
-  const double bw = ring_bandwidth(c, g.crosses_nodes, k);
+  const double bw = ring_bandwidth(c, g.crosses_nodes, g.per_node, k);
   return steps * ((n - 1) / n * bytes / bw + (n - 1) * latency(c, g.crosses_nodes));
 }
 
 double p2p_time(const spec::ClusterSpec& c, bool crosses_nodes, double bytes, const CommConstants& k) {
   if (bytes <= 0) return 0;
-  return bytes / ring_bandwidth(c, crosses_nodes, k) + latency(c, crosses_nodes);
+  return bytes / ring_bandwidth(c, crosses_nodes, 1, k) + latency(c, crosses_nodes);
 }
 
 double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConstants& k) {
@@ -43,8 +50,9 @@ double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConsta
 Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp) {
   Placement p;
   const int64_t per_node = c.gpus_per_node;
-  p.tp = {tp, tp > per_node};
-  p.dp = {dp, tp * dp > per_node && dp > 1};
+  p.tp = {tp, tp > per_node, std::min(tp, per_node)};
+  // DP ranks are tp apart: a node holds per_node / tp of them (one when TP fills the node).
+  p.dp = {dp, tp * dp > per_node && dp > 1, std::clamp<int64_t>(per_node / std::max<int64_t>(1, tp), 1, dp)};
   p.pp_crosses_nodes = pp > 1 && tp * dp >= per_node && c.nodes > 1;
   return p;
 }

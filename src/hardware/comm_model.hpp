@@ -17,12 +17,23 @@ struct CommConstants {
   double nvlink_efficiency = 0.78;
   double network_efficiency = 0.85;  // InfiniBand/RoCE ring bus bandwidth vs line rate
   double pcie_efficiency = 0.88;     // measured 55 of 63 GB/s on PCIe 5 x16 (ml-engineering)
+  // NCCL runs one ring per NIC in use: a group with r members on each node crosses nodes at r
+  // times the per-GPU network share (Group::per_node). Physically right for rail-optimised
+  // DGX-class nodes, but off by default: turning it on makes the Megatron-Core H100 pp = 1 rows
+  // 20-50% optimistic (their too-slow gradient reduce-scatter was hiding a too-fast compute model
+  // for small layers; docs/time-model.md, 2026-11-30). Until that is modelled, rings cross nodes
+  // at one NIC's share.
+  bool rail_local_rings = false;
 };
 
-// A group of `size` ranks; `crosses_nodes` when its members are on different nodes.
+// A group of `size` ranks; `crosses_nodes` when its members are on different nodes, and then
+// `per_node` of them share each node (0: one per node). NCCL builds a ring per NIC: a group with r
+// members on a node drives r NICs (one per GPU on DGX-class nodes), so its inter-node bus
+// bandwidth is r times the per-GPU network share, capped by NVLink (docs/time-model.md).
 struct Group {
   int64_t size = 1;
   bool crosses_nodes = false;
+  int64_t per_node = 0;
 };
 
 // Seconds for a collective whose full (unsharded) tensor has `bytes` bytes.

@@ -33,6 +33,7 @@ double peak_matmul_flops(const spec::GpuSpec& g, spec::Dtype d) {
 
 double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const PerfConstants& k) {
   const double peak = peak_matmul_flops(g, d);
+  if (k.matmul_efficiency > 0) return peak * k.matmul_efficiency;  // fitted for this device (mist fit)
   // MAMF is measured in bf16; the same fraction of peak is assumed for fp16 (same tensor cores).
   if (g.matmul_bf16_flops > 0 && g.bf16_flops > 0 && d != spec::Dtype::kFp32)
     return peak * (g.matmul_bf16_flops / g.bf16_flops);
@@ -44,10 +45,8 @@ double streaming_time(const spec::GpuSpec& g, double bytes, const PerfConstants&
   return bytes / (g.mem_bw * c.hbm_efficiency) + c.kernel_launch_s;
 }
 
-double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k,
-                 const PerfConstants& c) {
+double gemm_effective_flops(const spec::GpuSpec& g, double batch, double m, double n, double k) {
   if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
-  const double rate = achievable_matmul_flops(g, d, c);
   const double sms = std::max(1.0, g.sm_count);
   double best = INFINITY;
   for (const Tile& t : kTiles) {
@@ -56,10 +55,18 @@ double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, 
     const double waves = std::ceil(tiles / sms);
     // Work done: whole tiles, in whole waves of all SMs.
     const double padded_flops = 2.0 * k * t.m * t.n * waves * sms;
-    best = std::min(best, padded_flops / (rate * t.efficiency));
+    best = std::min(best, padded_flops / t.efficiency);
   }
+  return best;
+}
+
+double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k,
+                 const PerfConstants& c) {
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
+  const double rate = achievable_matmul_flops(g, d, c);
   const double bytes = batch * (m * k + k * n + m * n) * spec::dtype_bytes(d);
-  return std::max(best, bytes / (g.mem_bw * c.hbm_efficiency)) + c.kernel_launch_s;
+  return std::max(gemm_effective_flops(g, batch, m, n, k) / rate, bytes / (g.mem_bw * c.hbm_efficiency)) +
+         c.kernel_launch_s;
 }
 
 OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const sym::Bindings& at,
@@ -77,8 +84,11 @@ OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const
   if (op.kind == "flash_attention") {
     const double causal = op.causal_attention ? 0.5 : 1.0;
     const double peak = peak_matmul_flops(g, d);
-    t.fwd = causal * eval(op.fwd_flops, at) / (peak * c.flash_fwd_efficiency) + c.kernel_launch_s;
-    t.bwd = causal * eval(op.bwd_flops, at) / (peak * c.flash_bwd_efficiency) + c.kernel_launch_s;
+    const bool hopper = g.vendor == "nvidia" && g.compute_capability >= 9.0;
+    const double fwd_eff = hopper ? c.flash_fwd_efficiency_sm90 : c.flash_fwd_efficiency;
+    const double bwd_eff = hopper ? c.flash_bwd_efficiency_sm90 : c.flash_bwd_efficiency;
+    t.fwd = causal * eval(op.fwd_flops, at) / (peak * fwd_eff) + c.kernel_launch_s;
+    t.bwd = causal * eval(op.bwd_flops, at) / (peak * bwd_eff) + c.kernel_launch_s;
     return t;
   }
   // Everything else is memory-bound: the forward streams what it reads and writes; the backward

@@ -10,6 +10,9 @@
 namespace mist::hardware {
 
 struct PerfConstants {
+  // Fraction of the dense peak that GEMMs reach on this device, as fitted by `mist fit` from
+  // measured op times (docs/time-model.md); 0: use the catalog's MAMF, else default_matmul_efficiency.
+  double matmul_efficiency = 0;
   // Achievable fraction of peak HBM bandwidth for streaming kernels (STREAM-like copies reach
   // 85-92% on A100/H100).
   double hbm_efficiency = 0.85;
@@ -22,6 +25,17 @@ struct PerfConstants {
   // backward up to 63% of A100 peak at long sequences).
   double flash_fwd_efficiency = 0.70;
   double flash_bwd_efficiency = 0.60;
+  // On Hopper and later (compute capability >= 9), training stacks run attention through cuDNN's
+  // fused kernel (Transformer Engine's default on sm_90): 518 (forward, causal) and 499
+  // (backward) TFLOP/s of the 989 peak on H100 SXM5 at head dim 128, sequence 4k (Shah et al.,
+  // FlashAttention-3, 2024, Figs. 5-6). Blackwell is assumed the same fraction until measured.
+  double flash_fwd_efficiency_sm90 = 518.0 / 989.0;
+  double flash_bwd_efficiency_sm90 = 499.0 / 989.0;
+  // Whether the weight-gradient GEMM accumulates into the gradient buffer itself (Megatron-Core's
+  // --gradient-accumulation-fusion, on by default since 2022; cuBLAS beta = 1). When false, a
+  // streaming add per micro-batch (read 2, write 1 gradient) follows the backward (Megatron-LM
+  // 2021's local DDP, PyTorch DDP/AccumulateGrad). An engine behaviour, not fitted.
+  bool fused_grad_accumulation = true;
 };
 
 // Dense peak FLOP/s for matrix math in this precision (fp32 training uses the fp32 pipes: PyTorch
@@ -31,6 +45,9 @@ double peak_matmul_flops(const spec::GpuSpec& g, spec::Dtype d);
 // peak × default efficiency.
 double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const PerfConstants& k = {});
 
+// The work of a GEMM in whole tiles and whole waves of all SMs, divided by the efficiency of the
+// tile that needs least (FLOPs; at rate R the GEMM's compute takes this / R).
+double gemm_effective_flops(const spec::GpuSpec& g, double batch, double m, double n, double k);
 // Time of C[m×n] = A[m×k]·B[k×n], `batch` times, elements of `bytes` each.
 double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k,
                  const PerfConstants& c = {});

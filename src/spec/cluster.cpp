@@ -178,7 +178,7 @@ Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what) {
   MIST_SPEC_CHECK(f.reject_unknown({"gpu", "nodes", "gpus_per_node", "intra_node_GBps",
                                     "intra_node_latency_us", "inter_node_GBps",
                                     "inter_node_latency_us", "pcie_GBps", "host_memory_GiB",
-                                    "profile_db"}));
+                                    "profile_db", "time_constants"}));
   ClusterSpec c;
   MIST_TRY(c.gpu, cluster_gpu(f));
   MIST_TRY(c.nodes, f.integer("nodes", 1, kMaxNodes));
@@ -203,6 +203,9 @@ Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what) {
   MIST_TRY(c.profile_db, f.string_or("profile_db", ""));
   if (f.has("profile_db") && c.profile_db.empty())
     return fail(f.field_path("profile_db"), "must name a profile database file (docs/profile.md)");
+  MIST_TRY(c.time_constants, f.string_or("time_constants", ""));
+  if (f.has("time_constants") && c.time_constants.empty())
+    return fail(f.field_path("time_constants"), "must name a constants file written by mist fit (docs/time-model.md)");
   return c;
 }
 
@@ -218,6 +221,7 @@ Json cluster_to_json(const ClusterSpec& c) {
               {"pcie_GBps", in_unit(c.pcie_bw, kGB)},
               {"host_memory_GiB", in_unit(c.host_memory_bytes, kGiB)}};
   if (!c.profile_db.empty()) j["profile_db"] = c.profile_db;
+  if (!c.time_constants.empty()) j["time_constants"] = c.time_constants;
   return j;
 }
 
@@ -226,6 +230,8 @@ Result<ClusterSpec> load_cluster(const std::string& path) {
   // A relative profile_db names a file next to the cluster file.
   if (!c.profile_db.empty() && std::filesystem::path(c.profile_db).is_relative())
     c.profile_db = (std::filesystem::path(path).parent_path() / c.profile_db).string();
+  if (!c.time_constants.empty() && std::filesystem::path(c.time_constants).is_relative())
+    c.time_constants = (std::filesystem::path(path).parent_path() / c.time_constants).string();
   return c;
 }
 

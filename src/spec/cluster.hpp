@@ -47,6 +47,7 @@ struct ClusterSpec {
   double pcie_bw = 0;              // host<->device bytes/s per GPU, one direction
   double host_memory_bytes = 0;    // CPU memory per node
   std::string profile_db;          // measured op times (docs/profile.md); "" = analytical only
+  std::string time_constants;      // op-time constants fitted by `mist fit` (docs/time-model.md); "" = defaults
 
   int64_t num_gpus() const { return nodes * gpus_per_node; }
   bool operator==(const ClusterSpec&) const = default;

@@ -83,7 +83,11 @@ TEST(GroundTruth, Sc21Table1) {
     // The paper's script uses PyTorch DDP (overlapped all-reduce) without pipelining and
     // Megatron's local DDP (all-reduce after backward) with it.
     p.overlap_grad_reduce = pp == 1;
-    auto pred = predict_time(m, c, t, p);
+    // Megatron-LM 2021 added each micro-batch's gradients into main_grad with a separate kernel
+    // (local DDP hook; PyTorch DDP's AccumulateGrad likewise): gradient accumulation fusion came in 2022.
+    TimeConstants k;
+    k.perf.fused_grad_accumulation = false;
+    auto pred = predict_time(m, c, t, p, k);
     ASSERT_TRUE(pred.has_value()) << pred.error().to_string();
     const double flops = 96.0 * B * s * L * double(h) * h * (1 + s / (6.0 * h) + V / (16.0 * L * h));
     const double tflops = flops / pred->iteration_time_s / gpus / 1e12;
@@ -96,10 +100,11 @@ TEST(GroundTruth, Sc21Table1) {
   const double err = mape(results, &worst);
   std::cout << table << fmt::format("MAPE {:.1f}%, worst {:.1f}%\n", 100 * err, 100 * worst);
   // Issue 3's target is MAPE <= 6% and no row worse than 12%; the model is not there yet
-  // (docs/time-model.md: it is uniformly ~15% optimistic on this 2021 software stack). These
-  // bounds guard what it achieves today against regressions; tighten them as it improves.
-  EXPECT_LE(err, 0.17);
-  EXPECT_LE(worst, 0.22);
+  // (docs/time-model.md: after the 2026-11-30 fixes it is 13.5% / 18.2%, still uniformly
+  // optimistic: the GEMM rate of the 2021 stack at these shapes is unmeasured). These bounds
+  // guard what it achieves today against regressions; tighten them as it improves.
+  EXPECT_LE(err, 0.145);
+  EXPECT_LE(worst, 0.195);
 }
 
 }  // namespace
@@ -161,9 +166,10 @@ TEST(GroundTruth, MegatronCoreH100) {
   double worst = 0;
   const double err = mape(results, &worst);
   std::cout << table << fmt::format("MAPE {:.1f}%, worst {:.1f}%\n", 100 * err, 100 * worst);
-  // Issue 3's target is MAPE <= 10%; today's accuracy is guarded here (docs/time-model.md).
-  EXPECT_LE(err, 0.14);
-  EXPECT_LE(worst, 0.21);
+  // Issue 3's target is MAPE <= 10%; today's accuracy (12.4% / 18.8%, 2026-11-30) is guarded
+  // here (docs/time-model.md).
+  EXPECT_LE(err, 0.135);
+  EXPECT_LE(worst, 0.20);
 }
 
 }  // namespace

@@ -59,6 +59,30 @@ TEST(CommModel, RingFormulas) {
             5 * collective_time(c, Collective::kAllReduce, Group{8, false}, B));
 }
 
+// A DGX A100 has one 200 Gb/s NIC per GPU and NCCL runs one ring per NIC: a data-parallel group
+// with 8 members per node crosses nodes at 8 NICs' bandwidth, one with 1 member per node at one's.
+TEST(CommModel, InterNodeRingsUseOneNicPerMemberOnTheNode) {
+  const auto c = cluster("A100-SXM4-80GB", 4, 8);
+  const double B = 4e9;
+  CommConstants k;
+  k.rail_local_rings = true;
+  const double one = collective_time(c, Collective::kAllReduce, Group{32, true, 1}, B, k);
+  const double eight = collective_time(c, Collective::kAllReduce, Group{32, true, 8}, B, k);
+  // Off by default (docs/time-model.md): every member crosses at one NIC's share.
+  EXPECT_EQ(collective_time(c, Collective::kAllReduce, Group{32, true, 8}, B), one);
+  EXPECT_NEAR(one, 2 * (31.0 / 32 * B / (25e9 * 0.85) + 31 * c.inter_node_latency), 1e-9);
+  EXPECT_NEAR((one - 62 * c.inter_node_latency) / (eight - 62 * c.inter_node_latency), 8, 1e-9);
+  // Never faster than the node's own links (NVLink at 78% of 300 GB/s on A100).
+  auto fat = c;
+  fat.inter_node_bw = 100e9;
+  const double capped = collective_time(fat, Collective::kAllGather, Group{32, true, 8}, B, k);
+  EXPECT_NEAR(capped, 31.0 / 32 * B / (300e9 * 0.78) + 31 * c.inter_node_latency, 1e-9);
+  // Megatron's rank order: with tp = 2 a node holds 4 members of each DP group; TP = 8 leaves one.
+  EXPECT_EQ(place_groups(c, 2, 16, 1).dp.per_node, 4);
+  EXPECT_EQ(place_groups(c, 8, 4, 1).dp.per_node, 1);
+  EXPECT_EQ(place_groups(c, 1, 32, 1).dp.per_node, 8);
+}
+
 TEST(CommModel, MegatronPlacement) {
   const auto c = cluster("H100-SXM5-80GB", 4, 8);
   auto p = place_groups(c, 8, 2, 2);  // TP fills a node: DP and PP cross nodes

@@ -1,0 +1,182 @@
+#include "hardware/fit.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace mist::hardware {
+
+void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k) {
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return;
+  const PerfConstants base;
+  const double peak = peak_matmul_flops(g, d);
+  const double work = gemm_effective_flops(g, batch, m, n, k);
+  const double bytes = batch * (m * k + k * n + m * n) * spec::dtype_bytes(d);
+  // Bound by whichever the default constants say (gemm_time's max), so the model stays linear.
+  if (bytes / (g.mem_bw * base.hbm_efficiency) > work / achievable_matmul_flops(g, d, base))
+    s.stream_s_at_peak += bytes / g.mem_bw;
+  else
+    s.gemm_s_at_peak += work / peak;
+  s.kernels += 1;
+}
+
+void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes) {
+  if (bytes <= 0) return;
+  s.stream_s_at_peak += bytes / g.mem_bw;
+  s.kernels += 1;
+}
+
+double predict(const FitSample& s, const PerfConstants& c) {
+  // The catalog's MAMF (or the default efficiency) when no fitted matmul efficiency is set.
+  const double e_mm = c.matmul_efficiency > 0 ? c.matmul_efficiency : c.default_matmul_efficiency;
+  return s.gemm_s_at_peak / e_mm + s.stream_s_at_peak / c.hbm_efficiency + s.kernels * c.kernel_launch_s;
+}
+
+ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfConstants& c) {
+  ErrorStats r;
+  std::vector<double> e;
+  for (const auto& s : samples) e.push_back(std::fabs(predict(s, c) - s.seconds) / s.seconds);
+  r.rows = static_cast<int>(e.size());
+  if (e.empty()) return r;
+  std::sort(e.begin(), e.end());
+  r.median = e.size() % 2 ? e[e.size() / 2] : (e[e.size() / 2 - 1] + e[e.size() / 2]) / 2;
+  r.max = e.back();
+  for (double x : e) r.mean += x / static_cast<double>(e.size());
+  return r;
+}
+
+namespace {
+
+// Weighted least squares over the columns in `use`: minimises Σ ((x·f_i − t_i) / t_i)².
+// Returns false when the normal equations are singular.
+bool solve(const std::vector<FitSample>& samples, const std::array<bool, 3>& use, std::array<double, 3>& x) {
+  std::array<int, 3> col{};
+  int n = 0;
+  for (int j = 0; j < 3; ++j)
+    if (use[j]) col[n++] = j;
+  if (n == 0) return false;
+  double A[3][4] = {};
+  for (const auto& s : samples) {
+    const std::array<double, 3> f = {s.gemm_s_at_peak / s.seconds, s.stream_s_at_peak / s.seconds,
+                                     s.kernels / s.seconds};
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) A[a][b] += f[col[a]] * f[col[b]];
+      A[a][n] += f[col[a]];  // target t_i / t_i = 1
+    }
+  }
+  // Gaussian elimination with partial pivoting.
+  for (int i = 0; i < n; ++i) {
+    int p = i;
+    for (int r = i + 1; r < n; ++r)
+      if (std::fabs(A[r][i]) > std::fabs(A[p][i])) p = r;
+    if (std::fabs(A[p][i]) < 1e-300) return false;
+    for (int c = 0; c <= n; ++c) std::swap(A[i][c], A[p][c]);
+    for (int r = 0; r < n; ++r) {
+      if (r == i) continue;
+      const double q = A[r][i] / A[i][i];
+      for (int c = i; c <= n; ++c) A[r][c] -= q * A[i][c];
+    }
+  }
+  x = {0, 0, 0};
+  for (int i = 0; i < n; ++i) x[col[i]] = A[i][n] / A[i][i];
+  return true;
+}
+
+}  // namespace
+
+Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base) {
+  if (samples.empty()) return fail("rows", "no measured op rows to fit (an empty profile, or none for this device and dtype)");
+  bool gemm = false, stream = false;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const auto& s = samples[i];
+    if (!(std::isfinite(s.seconds) && s.seconds > 0))
+      return fail("rows[" + std::to_string(i) + "].median_s", "must be a finite time > 0");
+    gemm = gemm || s.gemm_s_at_peak > 0;
+    stream = stream || s.stream_s_at_peak > 0;
+  }
+  if (!gemm) return fail("rows", "no GEMM rows (linear or bmm ops) to fit the matmul efficiency from");
+  std::array<bool, 3> use = {true, stream, true};
+  std::array<double, 3> x{};
+  // Drop a column whose coefficient comes out non-positive (a launch cost the rows cannot see)
+  // and fit the rest again; base keeps that constant.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (!solve(samples, use, x)) {
+      if (use[2]) {
+        use[2] = false;
+        continue;
+      }
+      return fail("rows", "the rows do not determine the constants (singular least-squares system)");
+    }
+    bool again = false;
+    for (int j = 2; j >= 1; --j)
+      if (use[j] && x[j] <= 0) {
+        use[j] = false;
+        again = true;
+        break;
+      }
+    if (!again) break;
+  }
+  if (!(x[0] > 0)) return fail("rows", "the GEMM rows give a non-positive matmul rate; the rows are inconsistent");
+  FitResult r;
+  r.constants = base;
+  r.constants.matmul_efficiency = 1 / x[0];
+  r.fitted_matmul = true;
+  if (use[1] && x[1] > 0) {
+    r.constants.hbm_efficiency = 1 / x[1];
+    r.fitted_hbm = true;
+  }
+  if (use[2] && x[2] > 0) {
+    r.constants.kernel_launch_s = x[2];
+    r.fitted_launch = true;
+  }
+  r.before = relative_errors(samples, base);
+  r.after = relative_errors(samples, r.constants);
+  return r;
+}
+
+Json constants_to_json(const FitResult& r, const std::string& gpu, const std::string& device,
+                       const std::string& dtype, const Json& provenance) {
+  Json j = {{"time_constants_version", 1}, {"gpu", gpu}, {"device", device}, {"dtype", dtype}};
+  if (r.fitted_matmul) j["matmul_efficiency"] = r.constants.matmul_efficiency;
+  if (r.fitted_hbm) j["hbm_efficiency"] = r.constants.hbm_efficiency;
+  if (r.fitted_launch) j["kernel_launch_s"] = r.constants.kernel_launch_s;
+  Json fit = provenance;
+  fit["rows"] = r.after.rows;
+  fit["median_rel_error"] = r.after.median;
+  fit["max_rel_error"] = r.after.max;
+  fit["median_rel_error_defaults"] = r.before.median;
+  fit["max_rel_error_defaults"] = r.before.max;
+  j["fit"] = fit;
+  return j;
+}
+
+Result<void> apply_constants_json(const Json& j, const std::string& gpu, const std::string& path, PerfConstants& c) {
+  MIST_TRY(JsonFields f, JsonFields::of(j, path));
+  MIST_CHECK(f.reject_unknown({"time_constants_version", "gpu", "device", "dtype", "matmul_efficiency",
+                               "hbm_efficiency", "kernel_launch_s", "fit"}));
+  MIST_TRY(int64_t version, f.integer("time_constants_version", 1, 1));
+  (void)version;
+  MIST_TRY(std::string for_gpu, f.string("gpu"));
+  if (for_gpu != gpu)
+    return fail(f.field_path("gpu"), "the constants were fitted for " + for_gpu + ", the cluster's GPU is " + gpu);
+  PerfConstants out = c;
+  // Fractions of the device's peak figures: a GPU's stay below 1; a CPU's memory-bound ops on
+  // shapes that fit in its caches beat its DRAM figure, so up to 50 is accepted.
+  MIST_TRY(auto mm, f.optional_number("matmul_efficiency", 1e-4, 50));
+  MIST_TRY(auto hbm, f.optional_number("hbm_efficiency", 1e-4, 50));
+  MIST_TRY(auto launch, f.optional_number("kernel_launch_s", 0, 1e-2));
+  if (mm) out.matmul_efficiency = *mm;
+  if (hbm) out.hbm_efficiency = *hbm;
+  if (launch) out.kernel_launch_s = *launch;
+  c = out;
+  return {};
+}
+
+Result<void> apply_constants_file(const std::string& file, const std::string& gpu, const std::string& path,
+                                  PerfConstants& c) {
+  auto j = read_json_file(file);
+  if (!j) return fail(path, j.error().to_string());
+  return apply_constants_json(*j, gpu, path, c);
+}
+
+}  // namespace mist::hardware

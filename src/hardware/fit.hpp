@@ -1,0 +1,65 @@
+// Least-squares fit of the op-time model's efficiency constants for one device from measured op
+// times (`mist fit`, docs/time-model.md "Fitting the op constants"). The analytical op time is
+// linear in three unknowns once the op's shape is known:
+//   t = W / (e_mm · peak) + B / (e_hbm · mem_bw) + n · launch
+// with W the GEMM work in whole tiles and waves (hardware::gemm_effective_flops), B the bytes a
+// memory-bound op streams and n its kernel launches. The fit solves for (1/e_mm, 1/e_hbm, launch)
+// minimising the squared relative error over the measured rows, and writes a constants file that a
+// cluster's "time_constants" field applies.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/json_fields.hpp"
+#include "core/result.hpp"
+#include "hardware/perf_model.hpp"
+
+namespace mist::hardware {
+
+// One measured op time as the features the model is linear in.
+struct FitSample {
+  std::string label;        // "mlp.fc1 forward b=1;s=256;..." (for reports)
+  std::string group;        // rows that share it are held out together (the shape key)
+  double seconds = 0;       // measured
+  double gemm_s_at_peak = 0;    // Σ GEMM work / dense peak: seconds at 100% of the peak
+  double stream_s_at_peak = 0;  // Σ streamed bytes / peak memory bandwidth
+  double kernels = 0;           // kernel launches
+};
+
+// Features of a GEMM C[m×n] = A[m×k]·B[k×n] (`batch` times) and of a memory-bound kernel moving
+// `bytes`, added to `s`. A GEMM that the default constants find memory-bound counts as streaming.
+void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k);
+void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes);
+
+// The model's time for a sample under constants `c`.
+double predict(const FitSample& s, const PerfConstants& c);
+
+struct ErrorStats {
+  int rows = 0;
+  double median = 0, max = 0, mean = 0;  // |predicted − measured| / measured
+};
+ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfConstants& c);
+
+struct FitResult {
+  PerfConstants constants;        // base with the fitted fields replaced
+  bool fitted_matmul = false, fitted_hbm = false, fitted_launch = false;
+  ErrorStats before, after;       // on the rows used: base constants, fitted constants
+};
+
+// Fits from `samples` (at least one with GEMM work; every time > 0). Constants a sample set cannot
+// determine (no streaming rows, a negative launch) keep their value in `base`. Errors name the field.
+Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base = {});
+
+// The constants file: {"time_constants_version": 1, "device", "gpu", "dtype", "matmul_efficiency",
+// "hbm_efficiency", "kernel_launch_s", "fit": {...provenance and residuals...}}.
+Json constants_to_json(const FitResult& r, const std::string& gpu, const std::string& device,
+                       const std::string& dtype, const Json& provenance);
+// Applies a constants file's fitted fields to `c`. `gpu` is the cluster's GPU name: a file fitted
+// for another GPU is refused. Errors name the field under `path` (e.g. "cluster.time_constants").
+Result<void> apply_constants_json(const Json& j, const std::string& gpu, const std::string& path, PerfConstants& c);
+// Reads and applies the file at `file`.
+Result<void> apply_constants_file(const std::string& file, const std::string& gpu, const std::string& path,
+                                  PerfConstants& c);
+
+}  // namespace mist::hardware

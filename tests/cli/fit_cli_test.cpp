@@ -1,0 +1,116 @@
+// `mist fit` through the command line: on op times measured on this machine's CPU it fits
+// constants that predict held-out shapes better than the defaults; bad input names the field; a
+// cluster's "time_constants" applies the written file.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "core/json_fields.hpp"
+#include "profile/csv_rows.hpp"
+#include "run_mist.hpp"
+
+namespace mist::cli::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kData = std::string(MIST_TEST_DATA_DIR) + "/fit/";
+
+std::string write(const fs::path& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir / name) << text;
+  return (dir / name).string();
+}
+
+// The fp32 rows of `mist profile` (full sweep, one thread) on this machine, 2026-11-30.
+std::string cpu_db(const fs::path& dir) {
+  const auto db = (dir / "cpu.db").string();
+  auto r = mist({"profile", "import", "--db", db, kData + "cpu_profile_fp32.csv"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  return db;
+}
+
+TEST(FitCli, FittedConstantsPredictHeldOutCpuShapesBetterThanTheDefaults) {
+  const auto dir = scratch_dir("fit-cli");
+  const auto db = cpu_db(dir);
+  const auto out = (dir / "cpu_constants.json").string();
+  auto r = mist({"fit", "--profile-db", db, "--gpu", kData + "cpu_one_core.json", "--device", "cpu", "--test-every",
+                 "3", "--out", out, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["gpu"], "cpu-one-core");
+  EXPECT_EQ(j["dtype"], "fp32");
+  ASSERT_TRUE(j.contains("matmul_efficiency"));
+  const auto& fit = j["fit"];
+  EXPECT_GT(fit["rows"].get<int>(), 100);
+  EXPECT_GT(fit["held_out_rows"].get<int>(), 30);
+  // The real check: on shapes the fit never saw, the fitted constants beat the defaults.
+  EXPECT_LT(fit["held_out_median_rel_error"].get<double>(), fit["held_out_median_rel_error_defaults"].get<double>());
+  EXPECT_LE(fit["median_rel_error"].get<double>(), fit["median_rel_error_defaults"].get<double>());
+  ASSERT_TRUE(fs::exists(out));
+
+  // A cluster of this "GPU" that names the constants file predicts with them.
+  Json gpu;
+  std::ifstream(kData + "cpu_one_core.json") >> gpu;
+  const auto plain = write(dir, "cluster.json", Json{{"gpu", gpu}, {"nodes", 1}, {"gpus_per_node", 1}}.dump());
+  const auto fitted = write(dir, "cluster_fitted.json",
+                            Json{{"gpu", gpu}, {"nodes", 1}, {"gpus_per_node", 1}, {"time_constants", "cpu_constants.json"}}.dump());
+  const auto training = write(dir, "training.json",
+                              Json{{"global_batch_size", 1}, {"seq_length", 128}, {"precision", "fp32"},
+                                   {"optimizer", "adamw"}, {"flash_attention", false}}.dump());
+  const auto plan = write(dir, "plan.json", Json{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"micro_batch_size", 1},
+                                                 {"grad_accum_steps", 1}, {"stages", {{{"num_layers", 24}}}}}.dump());
+  const std::string model = "gpt3-1.3b";
+  auto a = mist({"predict", "--model", model, "--cluster", plain, "--training", training, "--plan", plan, "--json"});
+  auto b = mist({"predict", "--model", model, "--cluster", fitted, "--training", training, "--plan", plan, "--json"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_NE(Json::parse(a.out)["iteration_time_s"], Json::parse(b.out)["iteration_time_s"]);
+
+  // A constants file fitted for another GPU is refused, naming the field.
+  const auto other = write(dir, "cluster_other.json",
+                           Json{{"gpu", "A100-SXM4-80GB"}, {"nodes", 1}, {"gpus_per_node", 1}, {"time_constants", "cpu_constants.json"}}.dump());
+  auto c = mist({"predict", "--model", model, "--cluster", other, "--training", training, "--plan", plan});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("cluster.time_constants.gpu"), std::string::npos) << c.err;
+  const auto missing = write(dir, "cluster_missing.json",
+                             Json{{"gpu", gpu}, {"nodes", 1}, {"gpus_per_node", 1}, {"time_constants", "nope.json"}}.dump());
+  c = mist({"predict", "--model", model, "--cluster", missing, "--training", training, "--plan", plan});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("cluster.time_constants"), std::string::npos) << c.err;
+  fs::remove_all(dir);
+}
+
+TEST(FitCli, BadInputExitsNamingTheField) {
+  const auto dir = scratch_dir("fit-cli-bad");
+  const auto empty = (dir / "empty.db").string();
+  auto r = mist({"fit", "--profile-db", empty, "--gpu", "A100-SXM4-80GB"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--device"), std::string::npos) << r.err;  // no rows for this device
+
+  const auto db = cpu_db(dir);
+  r = mist({"fit", "--profile-db", db, "--gpu", "Z900-NOPE"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--gpu"), std::string::npos) << r.err;
+  r = mist({"fit", "--profile-db", db, "--gpu", kData + "cpu_one_core.json", "--device", "cpu", "--dtype", "fp64"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--dtype"), std::string::npos) << r.err;
+
+  // Only memory-bound rows: nothing to fit the matmul rate from.
+  std::ifstream in(kData + "cpu_profile_fp32.csv");
+  std::string line, text;
+  std::getline(in, line);
+  text = line + "\n";
+  while (std::getline(in, line))
+    if (line.find(",layernorm,") != std::string::npos) text += line + "\n";
+  const auto norms = (dir / "norms.db").string();
+  ASSERT_EQ(mist({"profile", "import", "--db", norms, write(dir, "norms.csv", text)}).code, 0);
+  r = mist({"fit", "--profile-db", norms, "--gpu", kData + "cpu_one_core.json", "--device", "cpu"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--profile-db.rows"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no GEMM rows"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mist::cli::testing
