@@ -27,7 +27,7 @@ namespace {
 struct FitArgs {
   std::string db, gpu, device, dtype = "", out;
   int test_every = 0;
-  bool json = false;
+  bool json = false, residuals = false;
 };
 
 Result<spec::GpuSpec> fit_gpu(const std::string& name_or_file) {
@@ -129,7 +129,7 @@ std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, co
     }
   } else {
     const double bytes = eval(op->bytes_read, at) + eval(op->bytes_written, at);
-    hardware::add_stream(s, g, bwd ? 2 * bytes : bytes);
+    hardware::add_stream(s, g, bwd ? 2 * bytes : bytes, eval(bwd ? op->bwd_flops : op->fwd_flops, at));
   }
   if (s.kernels == 0) return std::nullopt;
   return s;
@@ -217,15 +217,26 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   out += fmt::format("  matmul_efficiency  {:.4f} of the dense peak (default: {})\n", c.matmul_efficiency,
                      gpu->matmul_bf16_flops > 0 ? "the catalog's MAMF" : fmt::format("{}", defaults.default_matmul_efficiency));
   out += fmt::format("  hbm_efficiency     {}\n", fitted->fitted_hbm ? fmt::format("{:.4f} of peak bandwidth", c.hbm_efficiency)
-                                                                      : "not fitted (no memory-bound rows): default");
+                                                                      : "not fitted (the rows do not determine it): default");
   out += fmt::format("  kernel_launch_s    {}\n", fitted->fitted_launch ? fmt::format("{:.3g} s", c.kernel_launch_s)
                                                                          : "not fitted (rows do not determine it): default");
+  out += fmt::format("  vector_TFLOPS      {}\n", fitted->fitted_vector
+                                                   ? fmt::format("{:.4g} (elementwise math of memory-bound ops)", c.vector_flops / 1e12)
+                                                   : "not fitted (the rows do not need it): elementwise math never binds");
   out += fmt::format("relative error on the rows used: median {} max {} (defaults: median {} max {})\n",
                      pct(fitted->after.median), pct(fitted->after.max), pct(fitted->before.median),
                      pct(fitted->before.max));
   if (test_after.rows > 0)
     out += fmt::format("held-out shapes ({} rows): median {} max {} (defaults: median {} max {})\n", test_after.rows,
                        pct(test_after.median), pct(test_after.max), pct(test_before.median), pct(test_before.max));
+  if (a.residuals) {
+    out += "row (op pass shape)  measured_s  fitted_s  error  [held out]\n";
+    for (const auto& s : samples) {
+      const double p = hardware::predict(s, c);
+      out += fmt::format("{}  {:.3g}  {:.3g}  {:+.1f}%{}\n", s.label, s.seconds, p, 100 * (p - s.seconds) / s.seconds,
+                         held.contains(s.group) ? "  held out" : "");
+    }
+  }
   if (!a.out.empty()) out += fmt::format("wrote {} (a cluster's \"time_constants\" uses it)\n", a.out);
   return kExitOk;
 }
@@ -244,6 +255,7 @@ std::vector<Command> add_fit_command(CLI::App& app) {
   sub->add_option("--test-every", a->test_every, "hold out every n-th shape and report the error on it")
       ->check(CLI::Range(0, 1000));
   sub->add_flag("--json", a->json, "print the constants file as JSON");
+  sub->add_flag("--residuals", a->residuals, "also print every row: measured, fitted, relative error");
   return {{sub, [a](std::string& out, std::string& err) { return run_fit(*a, out, err); }}};
 }
 

@@ -20,16 +20,18 @@ void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch,
   s.kernels += 1;
 }
 
-void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes) {
+void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes, double flops) {
   if (bytes <= 0) return;
   s.stream_s_at_peak += bytes / g.mem_bw;
+  s.vector_flops += std::max(0.0, flops);
   s.kernels += 1;
 }
 
 double predict(const FitSample& s, const PerfConstants& c) {
   // The catalog's MAMF (or the default efficiency) when no fitted matmul efficiency is set.
   const double e_mm = c.matmul_efficiency > 0 ? c.matmul_efficiency : c.default_matmul_efficiency;
-  return s.gemm_s_at_peak / e_mm + s.stream_s_at_peak / c.hbm_efficiency + s.kernels * c.kernel_launch_s;
+  return s.gemm_s_at_peak / e_mm + s.stream_s_at_peak / c.hbm_efficiency + s.kernels * c.kernel_launch_s +
+         (c.vector_flops > 0 ? s.vector_flops / c.vector_flops : 0);
 }
 
 ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfConstants& c) {
@@ -49,16 +51,19 @@ namespace {
 
 // Weighted least squares over the columns in `use`: minimises Σ ((x·f_i − t_i) / t_i)².
 // Returns false when the normal equations are singular.
-bool solve(const std::vector<FitSample>& samples, const std::array<bool, 3>& use, std::array<double, 3>& x) {
-  std::array<int, 3> col{};
+constexpr int kUnknowns = 4;  // 1/e_mm, 1/e_hbm, launch, 1/vector_flops
+
+bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknowns>& use,
+           std::array<double, kUnknowns>& x) {
+  std::array<int, kUnknowns> col{};
   int n = 0;
-  for (int j = 0; j < 3; ++j)
+  for (int j = 0; j < kUnknowns; ++j)
     if (use[j]) col[n++] = j;
   if (n == 0) return false;
-  double A[3][4] = {};
+  double A[kUnknowns][kUnknowns + 1] = {};
   for (const auto& s : samples) {
-    const std::array<double, 3> f = {s.gemm_s_at_peak / s.seconds, s.stream_s_at_peak / s.seconds,
-                                     s.kernels / s.seconds};
+    const std::array<double, kUnknowns> f = {s.gemm_s_at_peak / s.seconds, s.stream_s_at_peak / s.seconds,
+                                             s.kernels / s.seconds, s.vector_flops / s.seconds};
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) A[a][b] += f[col[a]] * f[col[b]];
       A[a][n] += f[col[a]];  // target t_i / t_i = 1
@@ -77,7 +82,7 @@ bool solve(const std::vector<FitSample>& samples, const std::array<bool, 3>& use
       for (int c = i; c <= n; ++c) A[r][c] -= q * A[i][c];
     }
   }
-  x = {0, 0, 0};
+  x = {0, 0, 0, 0};
   for (int i = 0; i < n; ++i) x[col[i]] = A[i][n] / A[i][i];
   return true;
 }
@@ -86,30 +91,41 @@ bool solve(const std::vector<FitSample>& samples, const std::array<bool, 3>& use
 
 Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base) {
   if (samples.empty()) return fail("rows", "no measured op rows to fit (an empty profile, or none for this device and dtype)");
-  bool gemm = false, stream = false;
+  bool gemm = false, stream = false, vector = false;
   for (size_t i = 0; i < samples.size(); ++i) {
     const auto& s = samples[i];
     if (!(std::isfinite(s.seconds) && s.seconds > 0))
       return fail("rows[" + std::to_string(i) + "].median_s", "must be a finite time > 0");
     gemm = gemm || s.gemm_s_at_peak > 0;
     stream = stream || s.stream_s_at_peak > 0;
+    vector = vector || s.vector_flops > 0;
   }
   if (!gemm) return fail("rows", "no GEMM rows (linear or bmm ops) to fit the matmul efficiency from");
-  std::array<bool, 3> use = {true, stream, true};
-  std::array<double, 3> x{};
-  // Drop a column whose coefficient comes out non-positive (a launch cost the rows cannot see)
-  // and fit the rest again; base keeps that constant.
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // The elementwise-math term only where the base does not already fix it.
+  std::array<bool, kUnknowns> use = {true, stream, true, vector};
+  std::array<double, kUnknowns> x{};
+  // Drop a column whose coefficient comes out non-positive (a launch cost or an elementwise rate
+  // the rows cannot see) and fit the rest again; base keeps that constant.
+  for (int attempt = 0; attempt <= kUnknowns; ++attempt) {
     if (!solve(samples, use, x)) {
-      if (use[2]) {
-        use[2] = false;
+      if (use[3] || use[2]) {  // drop the elementwise rate, then the launch cost
+        use[use[3] ? 3 : 2] = false;
         continue;
       }
       return fail("rows", "the rows do not determine the constants (singular least-squares system)");
     }
+    // A term that explains under a millionth of any row is noise, not a constant.
+    auto negligible = [&](int j) {
+      double most = 0;
+      for (const auto& s : samples) {
+        const double f[kUnknowns] = {s.gemm_s_at_peak, s.stream_s_at_peak, s.kernels, s.vector_flops};
+        most = std::max(most, x[j] * f[j] / s.seconds);
+      }
+      return most < 1e-6;
+    };
     bool again = false;
-    for (int j = 2; j >= 1; --j)
-      if (use[j] && x[j] <= 0) {
+    for (int j = kUnknowns - 1; j >= 1; --j)
+      if (use[j] && (x[j] <= 0 || negligible(j))) {
         use[j] = false;
         again = true;
         break;
@@ -129,6 +145,10 @@ Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const Per
     r.constants.kernel_launch_s = x[2];
     r.fitted_launch = true;
   }
+  if (use[3] && x[3] > 0) {
+    r.constants.vector_flops = 1 / x[3];
+    r.fitted_vector = true;
+  }
   r.before = relative_errors(samples, base);
   r.after = relative_errors(samples, r.constants);
   return r;
@@ -140,6 +160,7 @@ Json constants_to_json(const FitResult& r, const std::string& gpu, const std::st
   if (r.fitted_matmul) j["matmul_efficiency"] = r.constants.matmul_efficiency;
   if (r.fitted_hbm) j["hbm_efficiency"] = r.constants.hbm_efficiency;
   if (r.fitted_launch) j["kernel_launch_s"] = r.constants.kernel_launch_s;
+  if (r.fitted_vector) j["vector_TFLOPS"] = r.constants.vector_flops / 1e12;
   Json fit = provenance;
   fit["rows"] = r.after.rows;
   fit["median_rel_error"] = r.after.median;
@@ -153,7 +174,7 @@ Json constants_to_json(const FitResult& r, const std::string& gpu, const std::st
 Result<void> apply_constants_json(const Json& j, const std::string& gpu, const std::string& path, PerfConstants& c) {
   MIST_TRY(JsonFields f, JsonFields::of(j, path));
   MIST_CHECK(f.reject_unknown({"time_constants_version", "gpu", "device", "dtype", "matmul_efficiency",
-                               "hbm_efficiency", "kernel_launch_s", "fit"}));
+                               "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "fit"}));
   MIST_TRY(int64_t version, f.integer("time_constants_version", 1, 1));
   (void)version;
   MIST_TRY(std::string for_gpu, f.string("gpu"));
@@ -165,9 +186,11 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   MIST_TRY(auto mm, f.optional_number("matmul_efficiency", 1e-4, 50));
   MIST_TRY(auto hbm, f.optional_number("hbm_efficiency", 1e-4, 50));
   MIST_TRY(auto launch, f.optional_number("kernel_launch_s", 0, 1e-2));
+  MIST_TRY(auto vector, f.optional_number("vector_TFLOPS", 1e-9, 1e6));
   if (mm) out.matmul_efficiency = *mm;
   if (hbm) out.hbm_efficiency = *hbm;
   if (launch) out.kernel_launch_s = *launch;
+  if (vector) out.vector_flops = *vector * 1e12;
   c = out;
   return {};
 }

@@ -1,9 +1,10 @@
 // Least-squares fit of the op-time model's efficiency constants for one device from measured op
 // times (`mist fit`, docs/time-model.md "Fitting the op constants"). The analytical op time is
 // linear in three unknowns once the op's shape is known:
-//   t = W / (e_mm · peak) + B / (e_hbm · mem_bw) + n · launch
+//   t = W / (e_mm · peak) + B / (e_hbm · mem_bw) + n · launch + F / vector_flops
 // with W the GEMM work in whole tiles and waves (hardware::gemm_effective_flops), B the bytes a
-// memory-bound op streams and n its kernel launches. The fit solves for (1/e_mm, 1/e_hbm, launch)
+// memory-bound op streams, n its kernel launches and F its elementwise FLOPs. The fit solves for
+// (1/e_mm, 1/e_hbm, launch, 1/vector_flops)
 // minimising the squared relative error over the measured rows, and writes a constants file that a
 // cluster's "time_constants" field applies.
 #pragma once
@@ -25,12 +26,14 @@ struct FitSample {
   double gemm_s_at_peak = 0;    // Σ GEMM work / dense peak: seconds at 100% of the peak
   double stream_s_at_peak = 0;  // Σ streamed bytes / peak memory bandwidth
   double kernels = 0;           // kernel launches
+  double vector_flops = 0;      // elementwise FLOPs of memory-bound ops
 };
 
 // Features of a GEMM C[m×n] = A[m×k]·B[k×n] (`batch` times) and of a memory-bound kernel moving
-// `bytes`, added to `s`. A GEMM that the default constants find memory-bound counts as streaming.
+// `bytes` and doing `flops` of elementwise math, added to `s`. A GEMM that the default constants
+// find memory-bound counts as streaming.
 void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k);
-void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes);
+void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes, double flops = 0);
 
 // The model's time for a sample under constants `c`.
 double predict(const FitSample& s, const PerfConstants& c);
@@ -43,7 +46,7 @@ ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfCons
 
 struct FitResult {
   PerfConstants constants;        // base with the fitted fields replaced
-  bool fitted_matmul = false, fitted_hbm = false, fitted_launch = false;
+  bool fitted_matmul = false, fitted_hbm = false, fitted_launch = false, fitted_vector = false;
   ErrorStats before, after;       // on the rows used: base constants, fitted constants
 };
 
@@ -52,7 +55,7 @@ struct FitResult {
 Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base = {});
 
 // The constants file: {"time_constants_version": 1, "device", "gpu", "dtype", "matmul_efficiency",
-// "hbm_efficiency", "kernel_launch_s", "fit": {...provenance and residuals...}}.
+// "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "fit": {...provenance and residuals...}}.
 Json constants_to_json(const FitResult& r, const std::string& gpu, const std::string& device,
                        const std::string& dtype, const Json& provenance);
 // Applies a constants file's fitted fields to `c`. `gpu` is the cluster's GPU name: a file fitted

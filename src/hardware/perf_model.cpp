@@ -94,8 +94,11 @@ OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const
   // Everything else is memory-bound: the forward streams what it reads and writes; the backward
   // reads the output gradient and the saved inputs and writes the input gradient, about twice.
   const double bytes = eval(op.bytes_read, at) + eval(op.bytes_written, at);
-  t.fwd = streaming_time(g, bytes, c);
-  t.bwd = op.bwd_flops.is_constant() && op.bwd_flops.constant_value() == 0 ? 0 : streaming_time(g, 2 * bytes, c);
+  const double math = c.vector_flops > 0 ? 1 / c.vector_flops : 0;
+  t.fwd = streaming_time(g, bytes, c) + eval(op.fwd_flops, at) * math;
+  t.bwd = op.bwd_flops.is_constant() && op.bwd_flops.constant_value() == 0
+              ? 0
+              : streaming_time(g, 2 * bytes, c) + eval(op.bwd_flops, at) * math;
   return t;
 }
 

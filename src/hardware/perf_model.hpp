@@ -21,6 +21,11 @@ struct PerfConstants {
   double default_matmul_efficiency = 0.8;
   // Fixed cost of one kernel launch on the critical path.
   double kernel_launch_s = 4e-6;
+  // FLOP/s of the elementwise math of memory-bound ops (exp, erf, random numbers), added to their
+  // streaming time; 0: never a bound (a GPU's ALUs and SFUs keep these ops memory-bound). Fitted by
+  // `mist fit` where it binds: on a CPU, softmax, GELU and dropout run 30-70x slower than their
+  // bytes alone say (docs/time-model.md).
+  double vector_flops = 0;
   // FlashAttention-2 throughput as a fraction of the dense peak (Dao 2023: forward up to 73%,
   // backward up to 63% of A100 peak at long sequences).
   double flash_fwd_efficiency = 0.70;

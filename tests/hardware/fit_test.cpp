@@ -25,7 +25,9 @@ std::vector<FitSample> synthesise(const spec::GpuSpec& g, const PerfConstants& t
       add_gemm(bwd, g, spec::Dtype::kBf16, 1, h, 4 * h, tokens);
       FitSample st;
       add_stream(st, g, tokens * h * 2 * 3);
-      for (FitSample s : {mm, bwd, st}) {
+      FitSample sm;  // a softmax-like op: elementwise math on top of its bytes
+      add_stream(sm, g, tokens * h * 2 * 2, 5 * tokens * h);
+      for (FitSample s : {mm, bwd, st, sm}) {
         s.seconds = predict(s, truth) * jitter(rng);
         s.group = std::to_string(tokens) + "x" + std::to_string(h);
         out.push_back(s);
@@ -40,10 +42,12 @@ TEST(Fit, RecoversTheConstantsTheRowsWereMadeWith) {
   truth.matmul_efficiency = 0.71;
   truth.hbm_efficiency = 0.64;
   truth.kernel_launch_s = 7e-6;
+  truth.vector_flops = 3e12;
   const auto samples = synthesise(g, truth, 0, 1);
   auto r = fit_constants(samples);
   ASSERT_TRUE(r.has_value()) << r.error().to_string();
-  EXPECT_TRUE(r->fitted_matmul && r->fitted_hbm && r->fitted_launch);
+  EXPECT_TRUE(r->fitted_matmul && r->fitted_hbm && r->fitted_launch && r->fitted_vector);
+  EXPECT_NEAR(r->constants.vector_flops / 3e12, 1, 1e-6);
   EXPECT_NEAR(r->constants.matmul_efficiency, 0.71, 1e-6);
   EXPECT_NEAR(r->constants.hbm_efficiency, 0.64, 1e-6);
   EXPECT_NEAR(r->constants.kernel_launch_s, 7e-6, 1e-10);
@@ -97,7 +101,9 @@ TEST(Fit, ConstantsFileRoundTripAndValidation) {
   EXPECT_NEAR(c.matmul_efficiency, 0.7, 1e-6);
   EXPECT_NEAR(c.hbm_efficiency, 0.6, 1e-6);
   EXPECT_NEAR(c.kernel_launch_s, 5e-6, 1e-10);
-  EXPECT_EQ(j["fit"]["rows"], 48);
+  EXPECT_EQ(j["fit"]["rows"], 64);
+  EXPECT_FALSE(j.contains("vector_TFLOPS"));  // the rows had elementwise math, the truth none: not fitted
+  EXPECT_EQ(c.vector_flops, 0);
 
   PerfConstants untouched;
   auto other = apply_constants_json(j, "H100-SXM5-80GB", "cluster.time_constants", untouched);
