@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -32,8 +33,9 @@ struct FitArgs {
 
 Result<spec::GpuSpec> fit_gpu(const std::string& name_or_file) {
   if (name_or_file.ends_with(".json")) {
-    MIST_TRY(Json j, read_json_file(name_or_file));
-    return spec::detail::gpu_from_json(j, "--gpu", nullptr);
+    auto j = read_json_file(name_or_file);
+    if (!j) return fail("--gpu", j.error().to_string());
+    return spec::detail::gpu_from_json(*j, "--gpu", nullptr);
   }
   auto g = spec::catalog_gpu(name_or_file);
   if (!g) return fail("--gpu", g.error().message);
@@ -145,6 +147,8 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   auto gpu = fit_gpu(a.gpu);
   if (!gpu) return invalid(gpu.error());
   const std::string device = a.device.empty() ? gpu->name : a.device;
+  // Opening would create a missing file; a fit needs measurements.
+  if (!std::filesystem::exists(a.db)) return invalid(Error{"--profile-db", "no such file: " + a.db});
   auto db = profile::Database::open(a.db);
   if (!db) return invalid(Error{"--profile-db", db.error().message});
   auto rows = db->all();

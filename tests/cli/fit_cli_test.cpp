@@ -8,6 +8,7 @@
 
 #include "core/json_fields.hpp"
 #include "profile/csv_rows.hpp"
+#include "profile/database.hpp"
 #include "run_mist.hpp"
 
 namespace mist::cli::testing {
@@ -83,13 +84,21 @@ TEST(FitCli, FittedConstantsPredictHeldOutCpuShapesBetterThanTheDefaults) {
 
 TEST(FitCli, BadInputExitsNamingTheField) {
   const auto dir = scratch_dir("fit-cli-bad");
+  auto r = mist({"fit", "--profile-db", (dir / "missing.db").string(), "--gpu", "A100-SXM4-80GB"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--profile-db"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "missing.db"));  // not created
   const auto empty = (dir / "empty.db").string();
-  auto r = mist({"fit", "--profile-db", empty, "--gpu", "A100-SXM4-80GB"});
+  ASSERT_TRUE(profile::Database::open(empty).has_value());
+  r = mist({"fit", "--profile-db", empty, "--gpu", "A100-SXM4-80GB"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--device"), std::string::npos) << r.err;  // no rows for this device
 
   const auto db = cpu_db(dir);
   r = mist({"fit", "--profile-db", db, "--gpu", "Z900-NOPE"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--gpu"), std::string::npos) << r.err;
+  r = mist({"fit", "--profile-db", db, "--gpu", (dir / "no_such_gpu.json").string()});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--gpu"), std::string::npos) << r.err;
   r = mist({"fit", "--profile-db", db, "--gpu", kData + "cpu_one_core.json", "--device", "cpu", "--dtype", "fp64"});
