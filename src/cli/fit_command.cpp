@@ -112,7 +112,7 @@ std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, co
   const auto at = parse_shape(row.shape);
   if (at.empty()) return std::nullopt;
   const auto op = find_op(row, at, spec::dtype_bytes(d));
-  if (!op || op->kind == "view" || op->kind == "flash_attention") return std::nullopt;
+  if (!op || op->kind == "view") return std::nullopt;
   hardware::FitSample s;
   s.label = row.op + " " + row.pass + " " + row.shape;
   s.group = row.shape;
@@ -120,7 +120,10 @@ std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, co
   const bool bwd = row.pass == "backward";
   // An op whose backward the model times as nothing (a residual add passes its gradient through).
   if (bwd && op->bwd_flops.is_constant() && op->bwd_flops.constant_value() == 0) return std::nullopt;
-  if (op->is_gemm) {
+  if (op->kind == "flash_attention") {
+    const double causal = op->causal_attention ? 0.5 : 1.0;
+    hardware::add_flash(s, g, d, causal * eval(bwd ? op->bwd_flops : op->fwd_flops, at), bwd);
+  } else if (op->is_gemm) {
     const double B = eval(op->gemm.batch, at), m = eval(op->gemm.m, at), n = eval(op->gemm.n, at),
                  k = eval(op->gemm.k, at);
     if (!bwd) {
@@ -227,6 +230,11 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   out += fmt::format("  vector_TFLOPS      {}\n", fitted->fitted_vector
                                                    ? fmt::format("{:.4g} (elementwise math of memory-bound ops)", c.vector_flops / 1e12)
                                                    : "not fitted (the rows do not need it): elementwise math never binds");
+  auto fa = [&](bool fitted, double e) {
+    return fitted ? fmt::format("{:.4f} of the dense peak", e) : std::string("not fitted (no flash-attention rows): default");
+  };
+  out += fmt::format("  flash_fwd_eff      {}\n", fa(fitted->fitted_flash_fwd, c.flash_fwd_efficiency));
+  out += fmt::format("  flash_bwd_eff      {}\n", fa(fitted->fitted_flash_bwd, c.flash_bwd_efficiency));
   out += fmt::format("relative error on the rows used: median {} max {} (defaults: median {} max {})\n",
                      pct(fitted->after.median), pct(fitted->after.max), pct(fitted->before.median),
                      pct(fitted->before.max));

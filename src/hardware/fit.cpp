@@ -27,11 +27,20 @@ void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes, double flops
   s.kernels += 1;
 }
 
+void add_flash(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double flops, bool backward) {
+  if (flops <= 0) return;
+  (backward ? s.flash_bwd_s_at_peak : s.flash_fwd_s_at_peak) += flops / peak_matmul_flops(g, d);
+  s.hopper = g.vendor == "nvidia" && g.compute_capability >= 9.0;
+  s.kernels += 1;
+}
+
 double predict(const FitSample& s, const PerfConstants& c) {
   // The catalog's MAMF (or the default efficiency) when no fitted matmul efficiency is set.
   const double e_mm = c.matmul_efficiency > 0 ? c.matmul_efficiency : c.default_matmul_efficiency;
   return s.gemm_s_at_peak / e_mm + s.stream_s_at_peak / c.hbm_efficiency + s.kernels * c.kernel_launch_s +
-         (c.vector_flops > 0 ? s.vector_flops / c.vector_flops : 0);
+         (c.vector_flops > 0 ? s.vector_flops / c.vector_flops : 0) +
+         s.flash_fwd_s_at_peak / (s.hopper ? c.flash_fwd_efficiency_sm90 : c.flash_fwd_efficiency) +
+         s.flash_bwd_s_at_peak / (s.hopper ? c.flash_bwd_efficiency_sm90 : c.flash_bwd_efficiency);
 }
 
 ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfConstants& c) {
@@ -51,7 +60,12 @@ namespace {
 
 // Weighted least squares over the columns in `use`: minimises Σ ((x·f_i − t_i) / t_i)².
 // Returns false when the normal equations are singular.
-constexpr int kUnknowns = 4;  // 1/e_mm, 1/e_hbm, launch, 1/vector_flops
+constexpr int kUnknowns = 6;  // 1/e_mm, 1/e_hbm, launch, 1/vector_flops, 1/e_fa_fwd, 1/e_fa_bwd
+
+std::array<double, kUnknowns> features(const FitSample& s) {
+  return {s.gemm_s_at_peak, s.stream_s_at_peak, s.kernels, s.vector_flops, s.flash_fwd_s_at_peak,
+          s.flash_bwd_s_at_peak};
+}
 
 bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknowns>& use,
            std::array<double, kUnknowns>& x) {
@@ -62,8 +76,8 @@ bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknow
   if (n == 0) return false;
   double A[kUnknowns][kUnknowns + 1] = {};
   for (const auto& s : samples) {
-    const std::array<double, kUnknowns> f = {s.gemm_s_at_peak / s.seconds, s.stream_s_at_peak / s.seconds,
-                                             s.kernels / s.seconds, s.vector_flops / s.seconds};
+    std::array<double, kUnknowns> f = features(s);
+    for (double& v : f) v /= s.seconds;
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) A[a][b] += f[col[a]] * f[col[b]];
       A[a][n] += f[col[a]];  // target t_i / t_i = 1
@@ -82,7 +96,7 @@ bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknow
       for (int c = i; c <= n; ++c) A[r][c] -= q * A[i][c];
     }
   }
-  x = {0, 0, 0, 0};
+  x = {};
   for (int i = 0; i < n; ++i) x[col[i]] = A[i][n] / A[i][i];
   return true;
 }
@@ -91,7 +105,7 @@ bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknow
 
 Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base) {
   if (samples.empty()) return fail("rows", "no measured op rows to fit (an empty profile, or none for this device and dtype)");
-  bool gemm = false, stream = false, vector = false;
+  bool gemm = false, stream = false, vector = false, fa_fwd = false, fa_bwd = false;
   for (size_t i = 0; i < samples.size(); ++i) {
     const auto& s = samples[i];
     if (!(std::isfinite(s.seconds) && s.seconds > 0))
@@ -99,10 +113,12 @@ Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const Per
     gemm = gemm || s.gemm_s_at_peak > 0;
     stream = stream || s.stream_s_at_peak > 0;
     vector = vector || s.vector_flops > 0;
+    fa_fwd = fa_fwd || s.flash_fwd_s_at_peak > 0;
+    fa_bwd = fa_bwd || s.flash_bwd_s_at_peak > 0;
   }
   if (!gemm) return fail("rows", "no GEMM rows (linear or bmm ops) to fit the matmul efficiency from");
   // The elementwise-math term only where the base does not already fix it.
-  std::array<bool, kUnknowns> use = {true, stream, true, vector};
+  std::array<bool, kUnknowns> use = {true, stream, true, vector, fa_fwd, fa_bwd};
   std::array<double, kUnknowns> x{};
   // Drop a column whose coefficient comes out non-positive (a launch cost or an elementwise rate
   // the rows cannot see) and fit the rest again; base keeps that constant.
@@ -117,10 +133,7 @@ Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const Per
     // A term that explains under a millionth of any row is noise, not a constant.
     auto negligible = [&](int j) {
       double most = 0;
-      for (const auto& s : samples) {
-        const double f[kUnknowns] = {s.gemm_s_at_peak, s.stream_s_at_peak, s.kernels, s.vector_flops};
-        most = std::max(most, x[j] * f[j] / s.seconds);
-      }
+      for (const auto& s : samples) most = std::max(most, x[j] * features(s)[j] / s.seconds);
       return most < 1e-6;
     };
     bool again = false;
@@ -149,6 +162,15 @@ Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const Per
     r.constants.vector_flops = 1 / x[3];
     r.fitted_vector = true;
   }
+  // A fitted attention efficiency is this device's, whatever its architecture.
+  if (use[4] && x[4] > 0) {
+    r.constants.flash_fwd_efficiency = r.constants.flash_fwd_efficiency_sm90 = 1 / x[4];
+    r.fitted_flash_fwd = true;
+  }
+  if (use[5] && x[5] > 0) {
+    r.constants.flash_bwd_efficiency = r.constants.flash_bwd_efficiency_sm90 = 1 / x[5];
+    r.fitted_flash_bwd = true;
+  }
   r.before = relative_errors(samples, base);
   r.after = relative_errors(samples, r.constants);
   return r;
@@ -161,6 +183,8 @@ Json constants_to_json(const FitResult& r, const std::string& gpu, const std::st
   if (r.fitted_hbm) j["hbm_efficiency"] = r.constants.hbm_efficiency;
   if (r.fitted_launch) j["kernel_launch_s"] = r.constants.kernel_launch_s;
   if (r.fitted_vector) j["vector_TFLOPS"] = r.constants.vector_flops / 1e12;
+  if (r.fitted_flash_fwd) j["flash_fwd_efficiency"] = r.constants.flash_fwd_efficiency;
+  if (r.fitted_flash_bwd) j["flash_bwd_efficiency"] = r.constants.flash_bwd_efficiency;
   Json fit = provenance;
   fit["rows"] = r.after.rows;
   fit["median_rel_error"] = r.after.median;
@@ -174,7 +198,8 @@ Json constants_to_json(const FitResult& r, const std::string& gpu, const std::st
 Result<void> apply_constants_json(const Json& j, const std::string& gpu, const std::string& path, PerfConstants& c) {
   MIST_TRY(JsonFields f, JsonFields::of(j, path));
   MIST_CHECK(f.reject_unknown({"time_constants_version", "gpu", "device", "dtype", "matmul_efficiency",
-                               "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "fit"}));
+                               "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "flash_fwd_efficiency",
+                               "flash_bwd_efficiency", "fit"}));
   MIST_TRY(int64_t version, f.integer("time_constants_version", 1, 1));
   (void)version;
   MIST_TRY(std::string for_gpu, f.string("gpu"));
@@ -187,10 +212,14 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   MIST_TRY(auto hbm, f.optional_number("hbm_efficiency", 1e-4, 50));
   MIST_TRY(auto launch, f.optional_number("kernel_launch_s", 0, 1e-2));
   MIST_TRY(auto vector, f.optional_number("vector_TFLOPS", 1e-9, 1e6));
+  MIST_TRY(auto fa_fwd, f.optional_number("flash_fwd_efficiency", 1e-4, 50));
+  MIST_TRY(auto fa_bwd, f.optional_number("flash_bwd_efficiency", 1e-4, 50));
   if (mm) out.matmul_efficiency = *mm;
   if (hbm) out.hbm_efficiency = *hbm;
   if (launch) out.kernel_launch_s = *launch;
   if (vector) out.vector_flops = *vector * 1e12;
+  if (fa_fwd) out.flash_fwd_efficiency = out.flash_fwd_efficiency_sm90 = *fa_fwd;
+  if (fa_bwd) out.flash_bwd_efficiency = out.flash_bwd_efficiency_sm90 = *fa_bwd;
   c = out;
   return {};
 }

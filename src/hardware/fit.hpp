@@ -2,9 +2,10 @@
 // times (`mist fit`, docs/time-model.md "Fitting the op constants"). The analytical op time is
 // linear in three unknowns once the op's shape is known:
 //   t = W / (e_mm · peak) + B / (e_hbm · mem_bw) + n · launch + F / vector_flops
+//       + A_fwd / (e_fa_fwd · peak) + A_bwd / (e_fa_bwd · peak)
 // with W the GEMM work in whole tiles and waves (hardware::gemm_effective_flops), B the bytes a
-// memory-bound op streams, n its kernel launches and F its elementwise FLOPs. The fit solves for
-// (1/e_mm, 1/e_hbm, launch, 1/vector_flops)
+// memory-bound op streams, n its kernel launches, F its elementwise FLOPs and A the FLOPs of flash
+// attention (forward or backward). The fit solves for the six reciprocals
 // minimising the squared relative error over the measured rows, and writes a constants file that a
 // cluster's "time_constants" field applies.
 #pragma once
@@ -27,6 +28,8 @@ struct FitSample {
   double stream_s_at_peak = 0;  // Σ streamed bytes / peak memory bandwidth
   double kernels = 0;           // kernel launches
   double vector_flops = 0;      // elementwise FLOPs of memory-bound ops
+  double flash_fwd_s_at_peak = 0, flash_bwd_s_at_peak = 0;  // flash attention FLOPs / dense peak
+  bool hopper = false;          // the device's flash efficiency is the _sm90 one (perf_model.hpp)
 };
 
 // Features of a GEMM C[m×n] = A[m×k]·B[k×n] (`batch` times) and of a memory-bound kernel moving
@@ -34,6 +37,8 @@ struct FitSample {
 // find memory-bound counts as streaming.
 void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k);
 void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes, double flops = 0);
+// A flash-attention kernel of `flops` (causal halving applied by the caller).
+void add_flash(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double flops, bool backward);
 
 // The model's time for a sample under constants `c`.
 double predict(const FitSample& s, const PerfConstants& c);
@@ -47,6 +52,7 @@ ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfCons
 struct FitResult {
   PerfConstants constants;        // base with the fitted fields replaced
   bool fitted_matmul = false, fitted_hbm = false, fitted_launch = false, fitted_vector = false;
+  bool fitted_flash_fwd = false, fitted_flash_bwd = false;
   ErrorStats before, after;       // on the rows used: base constants, fitted constants
 };
 
@@ -55,7 +61,8 @@ struct FitResult {
 Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base = {});
 
 // The constants file: {"time_constants_version": 1, "device", "gpu", "dtype", "matmul_efficiency",
-// "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "fit": {...provenance and residuals...}}.
+// "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "flash_fwd_efficiency",
+// "flash_bwd_efficiency", "fit": {...provenance and residuals...}}.
 Json constants_to_json(const FitResult& r, const std::string& gpu, const std::string& device,
                        const std::string& dtype, const Json& provenance);
 // Applies a constants file's fitted fields to `c`. `gpu` is the cluster's GPU name: a file fitted

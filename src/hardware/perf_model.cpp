@@ -40,6 +40,12 @@ double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const Perf
   return peak * k.default_matmul_efficiency;
 }
 
+double flash_efficiency(const spec::GpuSpec& g, const PerfConstants& c, bool backward) {
+  const bool hopper = g.vendor == "nvidia" && g.compute_capability >= 9.0;
+  if (backward) return hopper ? c.flash_bwd_efficiency_sm90 : c.flash_bwd_efficiency;
+  return hopper ? c.flash_fwd_efficiency_sm90 : c.flash_fwd_efficiency;
+}
+
 double streaming_time(const spec::GpuSpec& g, double bytes, const PerfConstants& c) {
   if (bytes <= 0) return 0;
   return bytes / (g.mem_bw * c.hbm_efficiency) + c.kernel_launch_s;
@@ -84,11 +90,8 @@ OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const
   if (op.kind == "flash_attention") {
     const double causal = op.causal_attention ? 0.5 : 1.0;
     const double peak = peak_matmul_flops(g, d);
-    const bool hopper = g.vendor == "nvidia" && g.compute_capability >= 9.0;
-    const double fwd_eff = hopper ? c.flash_fwd_efficiency_sm90 : c.flash_fwd_efficiency;
-    const double bwd_eff = hopper ? c.flash_bwd_efficiency_sm90 : c.flash_bwd_efficiency;
-    t.fwd = causal * eval(op.fwd_flops, at) / (peak * fwd_eff) + c.kernel_launch_s;
-    t.bwd = causal * eval(op.bwd_flops, at) / (peak * bwd_eff) + c.kernel_launch_s;
+    t.fwd = causal * eval(op.fwd_flops, at) / (peak * flash_efficiency(g, c, false)) + c.kernel_launch_s;
+    t.bwd = causal * eval(op.bwd_flops, at) / (peak * flash_efficiency(g, c, true)) + c.kernel_launch_s;
     return t;
   }
   // Everything else is memory-bound: the forward streams what it reads and writes; the backward

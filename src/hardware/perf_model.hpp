@@ -56,6 +56,8 @@ double gemm_effective_flops(const spec::GpuSpec& g, double batch, double m, doub
 // Time of C[m×n] = A[m×k]·B[k×n], `batch` times, elements of `bytes` each.
 double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k,
                  const PerfConstants& c = {});
+// The fraction of the dense peak flash attention reaches on `g` (forward or backward).
+double flash_efficiency(const spec::GpuSpec& g, const PerfConstants& c, bool backward);
 // Time of a kernel that moves `bytes` through HBM.
 double streaming_time(const spec::GpuSpec& g, double bytes, const PerfConstants& c = {});
 

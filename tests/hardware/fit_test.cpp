@@ -27,7 +27,10 @@ std::vector<FitSample> synthesise(const spec::GpuSpec& g, const PerfConstants& t
       add_stream(st, g, tokens * h * 2 * 3);
       FitSample sm;  // a softmax-like op: elementwise math on top of its bytes
       add_stream(sm, g, tokens * h * 2 * 2, 5 * tokens * h);
-      for (FitSample s : {mm, bwd, st, sm}) {
+      FitSample fa, fb;  // causal flash attention, forward and backward
+      add_flash(fa, g, spec::Dtype::kBf16, 0.5 * 4 * tokens * 2048 * h, false);
+      add_flash(fb, g, spec::Dtype::kBf16, 0.5 * 10 * tokens * 2048 * h, true);
+      for (FitSample s : {mm, bwd, st, sm, fa, fb}) {
         s.seconds = predict(s, truth) * jitter(rng);
         s.group = std::to_string(tokens) + "x" + std::to_string(h);
         out.push_back(s);
@@ -43,11 +46,17 @@ TEST(Fit, RecoversTheConstantsTheRowsWereMadeWith) {
   truth.hbm_efficiency = 0.64;
   truth.kernel_launch_s = 7e-6;
   truth.vector_flops = 3e12;
+  truth.flash_fwd_efficiency = 0.55;
+  truth.flash_bwd_efficiency = 0.45;
   const auto samples = synthesise(g, truth, 0, 1);
   auto r = fit_constants(samples);
   ASSERT_TRUE(r.has_value()) << r.error().to_string();
   EXPECT_TRUE(r->fitted_matmul && r->fitted_hbm && r->fitted_launch && r->fitted_vector);
   EXPECT_NEAR(r->constants.vector_flops / 3e12, 1, 1e-6);
+  EXPECT_NEAR(r->constants.flash_fwd_efficiency, 0.55, 1e-6);
+  EXPECT_NEAR(r->constants.flash_bwd_efficiency, 0.45, 1e-6);
+  // A device's fitted attention rate replaces the architecture's default (A100 here, not Hopper).
+  EXPECT_NEAR(flash_efficiency(g, r->constants, true), 0.45, 1e-6);
   EXPECT_NEAR(r->constants.matmul_efficiency, 0.71, 1e-6);
   EXPECT_NEAR(r->constants.hbm_efficiency, 0.64, 1e-6);
   EXPECT_NEAR(r->constants.kernel_launch_s, 7e-6, 1e-10);
@@ -101,7 +110,11 @@ TEST(Fit, ConstantsFileRoundTripAndValidation) {
   EXPECT_NEAR(c.matmul_efficiency, 0.7, 1e-6);
   EXPECT_NEAR(c.hbm_efficiency, 0.6, 1e-6);
   EXPECT_NEAR(c.kernel_launch_s, 5e-6, 1e-10);
-  EXPECT_EQ(j["fit"]["rows"], 64);
+  // The rows were made with the default attention rates (A100: 0.70 / 0.60); applied, they hold on
+  // any architecture of this device.
+  EXPECT_NEAR(c.flash_fwd_efficiency, 0.70, 1e-6);
+  EXPECT_NEAR(c.flash_bwd_efficiency_sm90, 0.60, 1e-6);
+  EXPECT_EQ(j["fit"]["rows"], 96);
   EXPECT_FALSE(j.contains("vector_TFLOPS"));  // the rows had elementwise math, the truth none: not fitted
   EXPECT_EQ(c.vector_flops, 0);
 
