@@ -58,15 +58,15 @@ double overlapped(double compute, double collective, double h2d, double d2h, dou
 }  // namespace
 
 double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,
-                               int64_t micro_batches, int64_t v) {
+                               const std::vector<double>& drain, int64_t micro_batches, int64_t v) {
   if (stable.empty()) return 0;
   const double sum = std::accumulate(stable.begin(), stable.end(), 0.0);
   const double mx = *std::max_element(stable.begin(), stable.end());
   const double fill = v > 1 ? mx + (sum - mx) / static_cast<double>(v) : sum;
   double exposed = 0, before = 0;
   for (size_t i = 0; i < stable.size(); ++i) {
-    exposed = std::max(exposed, delta[i] - before);
-    before += stable[i];
+    exposed = std::max(exposed, delta[i] - before / static_cast<double>(v));
+    if (i < drain.size()) before += drain[i];
   }
   return fill + static_cast<double>(micro_batches - 1) * mx + exposed;
 }
@@ -194,14 +194,17 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                                           place.dp, stage_params * gb, k.comm);
     if (p.overlap_grad_reduce) {
       const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
-      grad_sync = std::max(grad_sync - bwd, grad_sync * bucket);
+      // Hidden behind the last backward of the stage's last chunk (all of it when v = 1): an
+      // interleaved stage's final chunk runs bwd / v, and so its D falls by at most 1/v of what
+      // more compute adds to T (the tuner's pruning relies on it, docs/tuner.md).
+      grad_sync = std::max(grad_sync - bwd / v, grad_sync * bucket);
     }
   }
   if (st.zero >= 1 && st.zero <= 2) {
     param_gather = hardware::collective_time(c, Collective::kAllGather, place.dp, stage_params * wb, k.comm);
     if (p.overlap_param_gather) {
       const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
-      param_gather = std::max(param_gather - fwd, param_gather * bucket);
+      param_gather = std::max(param_gather - fwd / v, param_gather * bucket);  // the first chunk's forward
     }
   }
   // Adam streams fp32 master, m and v (read and write), the gradient and the new parameter.
@@ -230,6 +233,7 @@ StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
   s.index = index;
   s.fwd_s = p.fwd;
   s.bwd_s = p.bwd;
+  s.drain_s = p.drain();
   s.stable_s = p.stable();
   s.delta_s = p.delta();
   s.stable_terms = {
@@ -256,16 +260,17 @@ Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::Cluste
   if (timer.profile_error()) return std::unexpected(*timer.profile_error());
   const double G = static_cast<double>(p.grad_accum_steps), v = static_cast<double>(p.virtual_pipeline_stages);
   TimePrediction out;
-  std::vector<double> T, D;
+  std::vector<double> T, D, B;
   for (size_t i = 0; i < p.stages.size(); ++i) {
     StageTime s = timer.time(p.stages[i], static_cast<int>(i));
     T.push_back(s.stable_s);
     D.push_back(s.delta_s);
+    B.push_back(s.drain_s);
     out.stages.push_back(std::move(s));
   }
   const double sum = std::accumulate(T.begin(), T.end(), 0.0);
   const double mx = *std::max_element(T.begin(), T.end());
-  out.iteration_time_s = pipeline_iteration_time(T, D, p.grad_accum_steps, p.virtual_pipeline_stages);
+  out.iteration_time_s = pipeline_iteration_time(T, D, B, p.grad_accum_steps, p.virtual_pipeline_stages);
   out.pipeline_fill_s = p.virtual_pipeline_stages > 1 ? mx + (sum - mx) / v : sum;
   out.steady_s = (G - 1) * mx;
   out.exposed_delta_s = out.iteration_time_s - out.pipeline_fill_s - out.steady_s;

@@ -2,8 +2,11 @@
 // data-parallel communication (hardware/comm_model), the overlap of ZeRO collectives and offload
 // copies with compute, a stable per-micro-batch time T_i and an extra D_i for the first/last
 // micro-batch of each stage, and Mist's closed form for the pipeline:
-//   iteration = Σ T_i + (G - 1)·max T_i + max_i(D_i - Σ_{j<i} T_j)
-// (with v interleaved chunks the fill Σ T_i becomes max T + (Σ T_i - max T)/v).
+//   iteration = Σ T_i + (G - 1)·max T_i + max_i(D_i - Σ_{j<i} B_j / v)
+// with v interleaved chunks per stage (the fill Σ T_i becomes max T + (Σ T_i - max T)/v) and B_j
+// the backward share of T_j: stage i's last backward ends when the last micro-batch's gradient
+// still has to cross stages i-1..0, one chunk each (Mist writes Σ_{j<i} T_j, which the event
+// simulation contradicts; docs/time-model.md).
 // docs/time-model.md explains each term and records the checks against published runs.
 #pragma once
 
@@ -48,6 +51,7 @@ struct StageTime {
   double stable_s = 0;  // T_i: forward + backward of one micro-batch in the steady state
   double delta_s = 0;   // D_i: extra of the iteration's first and last micro-batch on this stage
   double fwd_s = 0, bwd_s = 0;     // the forward and backward parts of T_i
+  double drain_s = 0;              // B_i: backward + its p2p sends, what hides later stages' D
   std::vector<TimeTerm> stable_terms;  // what T_i is made of
   std::vector<TimeTerm> delta_terms;   // what D_i is made of
 };
@@ -57,7 +61,7 @@ struct TimePrediction {
   double iteration_time_s = 0;
   double pipeline_fill_s = 0;     // Σ T_i (or its interleaved form)
   double steady_s = 0;            // (G - 1)·max T_i
-  double exposed_delta_s = 0;     // max_i(D_i - Σ_{j<i} T_j), at least 0
+  double exposed_delta_s = 0;     // max_i(D_i - Σ_{j<i} B_j / v), at least 0
   double tokens_per_s = 0;
   double model_flops_per_iteration = 0;  // 3 × forward matmul FLOPs, no recompute
   double model_tflops_per_gpu = 0;
@@ -80,6 +84,9 @@ struct StageTimeParts {
   double recompute = 0, tp = 0;       // parts of fwd/bwd, for the report
   double grad_sync = 0, param_gather = 0, step = 0, tied_sync = 0;  // D_i = their sum
   double stable() const { return fwd + bwd + p2p; }
+  // B_i: the backward compute and the backward half of the p2p sends. After this stage's last
+  // backward, the iteration still waits for the last gradient to cross the earlier stages.
+  double drain() const { return bwd + p2p / 2; }
   double delta() const { return grad_sync + param_gather + step + tied_sync; }
 };
 
@@ -120,9 +127,10 @@ class StageTimer {
   std::optional<Error> profile_error_;
 };
 
-// Mist's closed form (reference/mist.md §9); `v` interleaved chunks per stage shorten the fill.
+// The closed form above: `stable` T_i, `delta` D_i, `drain` B_i (empty: all 0, Mist's form
+// without offsets), `v` interleaved chunks per stage.
 double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,
-                               int64_t micro_batches, int64_t v = 1);
+                               const std::vector<double>& drain, int64_t micro_batches, int64_t v = 1);
 
 Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                     const spec::TrainingSpec& t, const plan::Plan& p,

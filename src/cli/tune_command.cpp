@@ -1,5 +1,7 @@
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -20,7 +22,7 @@ namespace {
 
 struct TuneArgs {
   JobArgs job;
-  std::string space = "mist", out_file, engine, solver = "dp", compare_to, compare_megatron_flags;
+  std::string space = "mist", out_file, engine, solver = "dp", compare_to, compare_megatron_flags, virtual_stages;
   bool exhaustive = false, json = false, no_rerank = false;
   int top = 5;
   double milp_time_limit = 10;
@@ -45,7 +47,8 @@ std::string layout(const plan::Plan& p) {
       offload += fmt::format(" s{}:w{:g}/g{:g}/o{:g}/a{:g}", &s - p.stages.data(), o.weights, o.gradients,
                              o.optimizer_states, o.activations);
   }
-  return fmt::format("dp {} tp {} pp {} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, p.micro_batch_size,
+  const std::string v = p.virtual_pipeline_stages > 1 ? fmt::format(" v {}", p.virtual_pipeline_stages) : "";
+  return fmt::format("dp {} tp {} pp {}{} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, v, p.micro_batch_size,
                      p.grad_accum_steps, p.recompute == plan::Recompute::kSelective ? " sel" : "", zero, ckpt,
                      offload.empty() ? "" : " offload" + offload);
 }
@@ -61,6 +64,24 @@ Result<engines::ImportedJob> import_current(const TuneArgs& a, const Job& job) {
   return engines::import_megatron_flags(a.compare_to, job.model, job.cluster);
 }
 
+// "1,2,4": interleaved chunks per stage to try.
+Result<std::vector<int64_t>> parse_virtual_stages(const std::string& text) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc{} || end != item.data() + item.size() || v < 1 || v > plan::kMaxVirtual)
+      return fail("--virtual-stages", fmt::format("must be a comma-separated list of integers 1..{}; got \"{}\"",
+                                                  plan::kMaxVirtual, text));
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
+
 Result<tuner::TuneOptions> tune_options(const TuneArgs& a) {
   tuner::TuneOptions o;
   if (!a.engine.empty() && a.engine != "mist") {
@@ -70,6 +91,9 @@ Result<tuner::TuneOptions> tune_options(const TuneArgs& a) {
     o.space = tuner::engine_space(e);
   } else {
     MIST_TRY(o.space, tuner::named_space(a.space));
+  }
+  if (!a.virtual_stages.empty()) {
+    MIST_TRY(o.space.virtual_stages, parse_virtual_stages(a.virtual_stages));
   }
   if (a.solver == "milp")
     o.solver = tuner::InterStageSolver::kMilp;
@@ -226,6 +250,8 @@ std::vector<Command> add_tune_command(CLI::App& app) {
       ->capture_default_str();
   t->add_option("--engine", a->engine,
                 "only plans this engine can run: megatron, deepspeed, torchtitan, or mist (everything)");
+  t->add_option("--virtual-stages", a->virtual_stages,
+                 "interleaved model chunks per pipeline stage to try, e.g. 1,2,4 (default: the space's; mist: 1,2,4)");
   t->add_option("--solver", a->solver, "inter-stage solver: dp (exact dynamic programme) or milp (Mist's MILP on CBC)")
       ->capture_default_str();
   t->add_option("--milp-time-limit", a->milp_time_limit, "seconds per layout for --solver milp")->capture_default_str();

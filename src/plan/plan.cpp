@@ -10,7 +10,6 @@ constexpr int64_t kMaxDegree = 1 << 20;
 constexpr int64_t kMaxTp = 1024;
 constexpr int64_t kMaxPp = 100000;
 constexpr int64_t kMaxBatch = 1'000'000'000;
-constexpr int64_t kMaxVirtual = 1024;
 constexpr int64_t kMaxStageLayers = 100000;
 
 // The parse-time bounds again, for plans built in code (importers, the tuner, tests): validate_plan

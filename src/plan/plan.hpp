@@ -32,6 +32,9 @@ struct StagePlan {
 
 enum class Recompute { kNone, kSelective };  // plan-wide; per-stage full recompute is ckpt_layers
 
+// The most interleaved model chunks per stage a plan may have.
+inline constexpr int64_t kMaxVirtual = 1024;
+
 struct Plan {
   int64_t dp = 1, tp = 1, pp = 1;
   bool sequence_parallel = false;

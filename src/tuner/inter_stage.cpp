@@ -16,14 +16,16 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct State {
-  double sum_t = 0, max_t = 0, exposed = -kInf;
+  double sum_t = 0, sum_b = 0, max_t = 0, exposed = -kInf;
   int64_t layers = 0;
   int prev = -1;  // index in the previous stage's state list
   const Point* point = nullptr;  // the choice made at this stage
 };
 
+// A larger Σ B hides more of later stages' D but costs at least as much Σ T (docs/tuner.md).
 bool dominates(const State& a, const State& b) {
-  return a.sum_t <= b.sum_t && a.max_t <= b.max_t && a.exposed <= b.exposed;
+  return a.sum_t <= b.sum_t && a.sum_t - a.sum_b <= b.sum_t - b.sum_b && a.max_t <= b.max_t &&
+         a.exposed <= b.exposed;
 }
 
 }  // namespace
@@ -33,17 +35,32 @@ double pipeline_objective(double sum_t, double max_t, double exposed, double G, 
   return fill + (G - 1) * max_t + std::max(0.0, exposed);
 }
 
-std::vector<Point> pareto_sample(std::vector<Point> pts, int k) {
-  std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
-    return a.T != b.T ? a.T < b.T : a.T + a.D < b.T + b.D;
+double plan_objective(const std::vector<Point>& stages, double G, int64_t v) {
+  double sum = 0, mx = 0, before = 0, exposed = -kInf;
+  for (const auto& p : stages) {
+    exposed = std::max(exposed, p.D - before / static_cast<double>(v));
+    sum += p.T;
+    before += p.B;
+    mx = std::max(mx, p.T);
+  }
+  return pipeline_objective(sum, mx, exposed, G, v);
+}
+
+std::vector<Point> pareto_sample(std::vector<Point> pts, int k, int64_t v) {
+  const double vd = static_cast<double>(v);
+  auto td = [vd](const Point& p) { return p.T + vd * p.D; };
+  std::sort(pts.begin(), pts.end(), [&](const Point& a, const Point& b) {
+    if (a.T != b.T) return a.T < b.T;
+    if (td(a) != td(b)) return td(a) < td(b);
+    return a.T - a.B < b.T - b.B;
   });
+  // Every kept point has T no larger than the next candidate's, so the candidate is beaten when a
+  // kept one is no worse in T + v·D and T - B.
   std::vector<Point> front;
-  double best = kInf;
   for (auto& p : pts)
-    if (p.T + p.D < best) {
-      best = p.T + p.D;
+    if (std::none_of(front.begin(), front.end(),
+                     [&](const Point& q) { return td(q) <= td(p) && q.T - q.B <= p.T - p.B; }))
       front.push_back(std::move(p));
-    }
   if (k <= 0 || static_cast<int>(front.size()) <= k) return front;
   std::vector<Point> out;
   size_t last = front.size();
@@ -72,8 +89,9 @@ std::optional<StageChoice> inter_stage_dp(const StageFronts& fronts, int64_t L, 
         for (const auto& p : pts) {
           State n;
           n.sum_t = s.sum_t + p.T;
+          n.sum_b = s.sum_b + p.B;
           n.max_t = std::max(s.max_t, p.T);
-          n.exposed = std::max(s.exposed, p.D - s.sum_t);
+          n.exposed = std::max(s.exposed, p.D - s.sum_b / static_cast<double>(v));
           // Later stages only add to Σ T and max T.
           if (pipeline_objective(n.sum_t, n.max_t, -kInf, G, v) > cutoff) continue;
           n.layers = used;
@@ -123,13 +141,14 @@ Result<std::optional<StageChoice>> inter_stage_milp(const StageFronts& fronts, i
     Variable x;
   };
   std::vector<Pick> picks;
-  std::vector<Variable> T(pp);
+  std::vector<Variable> T(pp), B(pp);
   const Variable M = model.add_continuous("max_T");
   const Variable E = model.add_continuous("exposed_D");
   std::vector<Term> layer_sum, obj;
   for (size_t i = 0; i < pp; ++i) {
     T[i] = model.add_continuous(fmt::format("T_{}", i));
-    std::vector<Term> one, t_def{{T[i], 1.0}};
+    B[i] = model.add_continuous(fmt::format("B_{}", i));
+    std::vector<Term> one, t_def{{T[i], 1.0}}, b_def{{B[i], 1.0}};
     for (const auto& [l, pts] : fronts[i])
       for (size_t k = 0; k < pts.size(); ++k) {
         const Variable x = model.add_binary(fmt::format("x_{}_{}_{}", i, l, k));
@@ -137,20 +156,22 @@ Result<std::optional<StageChoice>> inter_stage_milp(const StageFronts& fronts, i
         one.push_back({x, 1.0});
         layer_sum.push_back({x, static_cast<double>(l)});
         t_def.push_back({x, -pts[k].T});
+        b_def.push_back({x, -pts[k].B});
       }
     if (one.empty()) return std::optional<StageChoice>{};
     model.add_constraint(fmt::format("one_setting_{}", i), one, Sense::kEqual, 1);
     model.add_constraint(fmt::format("T_def_{}", i), t_def, Sense::kEqual, 0);
+    model.add_constraint(fmt::format("B_def_{}", i), b_def, Sense::kEqual, 0);
     model.add_constraint(fmt::format("max_T_{}", i), {{M, 1.0}, {T[i], -1.0}}, Sense::kGreaterEqual, 0);
     obj.push_back({T[i], 1.0 / static_cast<double>(v)});  // fill = max T + (Σ T − max T)/v
   }
   model.add_constraint("layers", layer_sum, Sense::kEqual, static_cast<double>(L));
-  // E ≥ D_i − Σ_{j<i} T_j for every stage (and E ≥ 0 from its bound).
+  // E ≥ D_i − Σ_{j<i} B_j / v for every stage (and E ≥ 0 from its bound).
   for (size_t i = 0; i < pp; ++i) {
     std::vector<Term> terms{{E, 1.0}};
     for (const auto& pk : picks)
       if (pk.stage == i) terms.push_back({pk.x, -pk.point->D});
-    for (size_t j = 0; j < i; ++j) terms.push_back({T[j], 1.0});
+    for (size_t j = 0; j < i; ++j) terms.push_back({B[j], 1.0 / static_cast<double>(v)});
     model.add_constraint(fmt::format("exposed_{}", i), terms, Sense::kGreaterEqual, 0);
   }
   obj.push_back({M, G - 1 + (v > 1 ? 1 - 1.0 / static_cast<double>(v) : 0.0)});
@@ -174,13 +195,7 @@ Result<std::optional<StageChoice>> inter_stage_milp(const StageFronts& fronts, i
     if (r.value(pk.x) > 0.5) out.stages[pk.stage] = *pk.point;
   // The objective as the closed form computes it from the chosen points (the MILP's own value
   // equals it up to the solver's tolerances).
-  double sum = 0, mx = 0, exposed = -kInf;
-  for (const auto& p : out.stages) {
-    exposed = std::max(exposed, p.D - sum);
-    sum += p.T;
-    mx = std::max(mx, p.T);
-  }
-  out.objective = pipeline_objective(sum, mx, exposed, G, v);
+  out.objective = plan_objective(out.stages, G, v);
   stats.plans_evaluated += static_cast<int64_t>(r.stats.nodes);
   return std::optional<StageChoice>{std::move(out)};
 }
@@ -193,8 +208,8 @@ std::optional<StageChoice> exhaustive_search(StageFronts all, int64_t L, double 
   const size_t pp = all.size();
   std::vector<Point> cur(pp), best_plan;
   double best = kInf, nodes = 0;
-  std::function<void(size_t, int64_t, double, double, double)> rec = [&](size_t i, int64_t used, double sum,
-                                                                         double mx, double exposed) {
+  std::function<void(size_t, int64_t, double, double, double, double)> rec =
+      [&](size_t i, int64_t used, double sum, double drain, double mx, double exposed) {
     if (*too_large || pipeline_objective(sum, mx, -kInf, G, v) >= best) return;
     if (++nodes > max_nodes) {
       *too_large = true;
@@ -216,11 +231,12 @@ std::optional<StageChoice> exhaustive_search(StageFronts all, int64_t L, double 
       if (i + 1 == pp && used + l != L) continue;
       for (const auto& p : pts) {
         cur[i] = p;
-        rec(i + 1, used + l, sum + p.T, std::max(mx, p.T), std::max(exposed, p.D - sum));
+        rec(i + 1, used + l, sum + p.T, drain + p.B, std::max(mx, p.T),
+            std::max(exposed, p.D - drain / static_cast<double>(v)));
       }
     }
   };
-  rec(0, 0, 0, 0, -kInf);
+  rec(0, 0, 0, 0, 0, -kInf);
   if (*too_large || best_plan.empty()) return std::nullopt;
   return StageChoice{best_plan, best};
 }

@@ -1,7 +1,8 @@
 // The inter-stage search: given each stage's candidate settings per layer count, choose one per
-// stage, with layer counts summing to L, minimising Mist's pipeline objective
-//   fill + (G - 1)·max T_i + max(0, max_i(D_i - Σ_{j<i} T_j)),
-// fill = Σ T_i, or max T + (Σ T - max T)/v with v interleaved chunks per stage.
+// stage, with layer counts summing to L, minimising the pipeline closed form
+//   fill + (G - 1)·max T_i + max(0, max_i(D_i - Σ_{j<i} B_j / v)),
+// fill = Σ T_i, or max T + (Σ T - max T)/v with v interleaved chunks per stage, B_j the backward
+// share of T_j (analysis/time_model.hpp).
 // Three solvers over the same input: an exact dynamic programme (the default), Mist's MILP on
 // CBC, and an exhaustive branch and bound (the oracle, on unsampled candidates).
 #pragma once
@@ -26,16 +27,17 @@ struct StageChoice {
 
 // The objective of a pipeline with these Σ T, max T and exposed delta.
 double pipeline_objective(double sum_t, double max_t, double exposed, double G, int64_t v);
+// The objective of these stage points, in order.
+double plan_objective(const std::vector<Point>& stages, double G, int64_t v);
 
-// The points no other point beats in the pipeline objective (v = 1): a point with T ≤ T' and
-// T + D ≤ T' + D' is never worse (docs/tuner.md), so the frontier is taken in (T, T + D),
+// The points no other point beats in the pipeline objective: a point with T ≤ T', T - B ≤ T' - B'
+// and T + v·D ≤ T' + v·D' is never worse (docs/tuner.md), so the frontier is taken in those three,
 // T ascending; at most `k` of them (k > 0), spread evenly and always including both ends.
-std::vector<Point> pareto_sample(std::vector<Point> pts, int k);
+std::vector<Point> pareto_sample(std::vector<Point> pts, int k, int64_t v = 1);
 
-// Exact for v = 1. States (Σ T, max T, exposed D) per layers used, dominated ones dropped; states
-// that cannot finish under `cutoff` (their objective so far already above it) are dropped too.
-// (With v > 1 the fill counts Σ T by 1/v but the exposed deltas by 1, so a smaller Σ T no longer
-// dominates; the tuner does not search interleaved layouts yet.)
+// Exact. States (Σ T, Σ B, max T, exposed D) per layers used; a state with no more Σ T, Σ (T - B),
+// max T and exposed D than another is never worse, so the other is dropped; states that cannot
+// finish under `cutoff` (their objective so far already above it) are dropped too.
 std::optional<StageChoice> inter_stage_dp(const StageFronts& fronts, int64_t layers, double G, double cutoff,
                                           TuneStats& stats, int64_t v = 1);
 

@@ -8,12 +8,14 @@ Result<SearchSpace> named_space(const std::string& name) {
   if (name == "mist") return s;
   if (name == "megatron") {
     s.zero = {0, 1};  // --use-distributed-optimizer off/on
+    s.virtual_stages = {1};  // the plain sweep; --engine megatron also tries interleaving
     s.weight_offload = s.grad_offload = s.opt_offload = s.act_offload = {0};
     s.uniform_stage_settings = true;
     s.uniform_split = true;
     return s;
   }
   if (name == "deepspeed") {
+    s.virtual_stages = {1};
     s.tp = {1};
     s.max_pp = 1;
     s.recompute = {plan::Recompute::kNone};
@@ -37,11 +39,14 @@ SearchSpace engine_space(engines::Engine e) {
   s.uniform_stage_settings = true;  // one set of flags for every stage
   s.uniform_split = true;
   s.weight_offload = s.grad_offload = s.act_offload = {0};
+  s.virtual_stages = {1};
   switch (e) {
     case Engine::kMegatron:
       // --use-distributed-optimizer, --recompute-num-layers, --optimizer-offload-fraction, and
       // uneven first/last stages (--decoder-first/last-pipeline-num-layers).
+      // --num-layers-per-virtual-stage / --num-virtual-stages-per-pipeline-rank: interleaved 1F1B.
       s.zero = {0, 1};
+      s.virtual_stages = {1, 2, 4};
       s.split_rule = SplitRule::kMegatronFirstLast;
       s.opt_offload = {0, 0.25, 0.5, 0.75, 1};
       break;

@@ -35,9 +35,8 @@ struct SearchSpace {
   std::vector<plan::Recompute> recompute = {plan::Recompute::kNone, plan::Recompute::kSelective};
   int64_t max_pp = 64;                               // pipeline stages (divisors of the GPU count)
   // Interleaved 1F1B: model chunks per stage (v > 1 needs pp > 1, layers divisible by pp·v and
-  // micro-batches divisible by pp, as Megatron-LM). Only v = 1 by default: the search's exact
-  // prunings do not hold for v > 1 yet (docs/tuner.md, Known limitations).
-  std::vector<int64_t> virtual_stages = {1};
+  // micro-batches divisible by pp, as Megatron-LM; each stage holds whole chunks).
+  std::vector<int64_t> virtual_stages = {1, 2, 4};
   std::vector<int> zero = {0, 1, 2, 3};             // ZeRO levels per stage (when dp > 1)
   bool tune_ckpt = true;                             // recomputed blocks per stage: any 0..l
   bool ckpt_all_or_nothing = false;                 // only c = 0 or c = l (DeepSpeed's knob)

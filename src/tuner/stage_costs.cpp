@@ -95,7 +95,7 @@ std::vector<Point> StageCosts::cost(const std::vector<plan::StagePlan>& settings
     if (least && e < least->excess) *least = Point{0, 0, peak[r], settings[r], e};
     if (e > 0) continue;
     const auto t = timer_.parts(settings[r], index);
-    feasible.push_back(Point{t.stable(), t.delta(), peak[r], settings[r], e});
+    feasible.push_back(Point{t.stable(), t.delta(), peak[r], settings[r], e, t.drain()});
   }
   stats.stage_settings_feasible += static_cast<int64_t>(feasible.size());
   stats.stage_settings_timed += static_cast<int64_t>(feasible.size());
@@ -172,7 +172,8 @@ std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& 
               st.offload = {W[w], G[g], O[o], A[a]};
               const auto t = timer_.parts(st, index);
               ++stats.stage_settings_timed;
-              if (!have || t.delta() < best.D) best = Point{t.stable(), t.delta(), peak_at[s], st, 0}, have = true;
+              if (!have || t.delta() < best.D)
+                best = Point{t.stable(), t.delta(), peak_at[s], st, 0, t.drain()}, have = true;
             }
             if (have) out.push_back(std::move(best));
           }

@@ -21,6 +21,7 @@ struct Point {
   double T = 0, D = 0, peak = 0;
   plan::StagePlan st;
   double excess = 0;  // bytes over the GPU or the host share, whichever is worse (near misses)
+  double B = 0;       // the backward share of T, which hides later stages' D (StageTimeParts::drain)
 };
 
 // The memory model compiled for batch evaluation, shared by all layouts of one search. The
@@ -67,13 +68,14 @@ class StageCosts {
   // plan: those that fit and that no other fitting setting beats. Exact pruning, relying on two
   // properties of the time model (tests/tuner/stage_costs_test.cpp checks both):
   //  - raising the recomputed blocks or the weight, gradient or activation offload fraction never
-  //    lowers T, and lowers D by at most what it adds to T (D only shrinks because more compute
-  //    hides more of the gradient reduce-scatter or the parameter all-gather);
-  //  - the optimizer-offload fraction changes D and memory only, not T.
-  // A setting with T ≤ T' and T + D ≤ T' + D' is never worse in the pipeline objective (see
-  // docs/tuner.md), so among settings that differ upward in those four knobs (same ZeRO level and
-  // optimizer-offload fraction) only the lowest fitting ones count, and among settings that
-  // differ only in optimizer offload, the one with the smallest D.
+  //    lowers T or T - B, and lowers D by at most 1/v of what it adds to T (D only shrinks
+  //    because more compute in the last chunk's backward or the first chunk's forward hides more
+  //    of the gradient reduction or the parameter all-gather);
+  //  - the optimizer-offload fraction changes D and memory only, not T or B.
+  // A setting with T ≤ T', T - B ≤ T' - B' and T + v·D ≤ T' + v·D' is never worse in the
+  // pipeline objective (see docs/tuner.md), so among settings that differ upward in those four
+  // knobs (same ZeRO level and optimizer-offload fraction) only the lowest fitting ones count, and
+  // among settings that differ only in optimizer offload, the one with the smallest D.
   std::vector<Point> candidates(int64_t layers, int index, TuneStats& stats, Point* least) const;
 
   // The least T any setting of the space can give at `index` with `layers` blocks, memory aside

@@ -24,14 +24,14 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Layer counts stage `i` may take.
-std::vector<int64_t> layer_choices(const SearchSpace& space, int64_t L, int64_t pp, int i) {
+// Layer counts stage `i` may take: with v interleaved chunks, multiples of v (whole chunks).
+std::vector<int64_t> layer_choices(const SearchSpace& space, int64_t L, int64_t pp, int64_t v, int i) {
   if (space.uniform_split || pp == 1) return {L / pp + (i < L % pp ? 1 : 0)};
   const int64_t mid = std::llround(double(L) / double(pp));
   std::vector<int64_t> out;
-  for (int64_t l = std::max<int64_t>(1, mid - space.layer_slack);
-       l <= std::min<int64_t>(L - (pp - 1), mid + space.layer_slack); ++l)
-    out.push_back(l);
+  for (int64_t l = std::max<int64_t>(v, mid - space.layer_slack * v);
+       l <= std::min<int64_t>(L - (pp - 1) * v, mid + space.layer_slack * v); ++l)
+    if (l % v == 0) out.push_back(l);
   return out;
 }
 
@@ -41,7 +41,7 @@ double lower_bound(const StageCosts& costs, const SearchSpace& space, int64_t L)
   const plan::Plan& p = costs.layout();
   StageFronts fronts(static_cast<size_t>(p.pp));
   for (int i = 0; i < p.pp; ++i)
-    for (int64_t l : layer_choices(space, L, p.pp, i))
+    for (int64_t l : layer_choices(space, L, p.pp, p.virtual_pipeline_stages, i))
       fronts[static_cast<size_t>(i)][l] = {Point{costs.fastest(l, i), 0, 0, {}, 0}};
   TuneStats scratch;
   auto best = inter_stage_dp(fronts, L, static_cast<double>(p.grad_accum_steps), kInf, scratch, p.virtual_pipeline_stages);
@@ -150,14 +150,14 @@ Result<TuneResult> tune(const spec::ModelSpec& m, const spec::ClusterSpec& c, co
     } else {
       StageFronts fronts(static_cast<size_t>(layout.pp));
       for (int i = 0; i < layout.pp; ++i)
-        for (int64_t l : layer_choices(space, m.num_layers, layout.pp, i)) {
+        for (int64_t l : layer_choices(space, m.num_layers, layout.pp, layout.virtual_pipeline_stages, i)) {
           Point* near = l == even(i) ? &least[static_cast<size_t>(i)] : nullptr;
           // The oracle costs every fitting setting; the search only those that can be optimal.
           auto pts = options.exhaustive ? costs.cost(stage_settings(space, l, layout.dp), i, result.stats, near)
                                         : costs.candidates(l, i, result.stats, near);
           if (pts.empty()) continue;
           fronts[static_cast<size_t>(i)][l] =
-              options.exhaustive ? std::move(pts) : pareto_sample(std::move(pts), space.pareto_points);
+              options.exhaustive ? std::move(pts) : pareto_sample(std::move(pts), space.pareto_points, layout.virtual_pipeline_stages);
         }
       if (options.exhaustive) {
         bool too_large = false;

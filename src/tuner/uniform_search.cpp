@@ -24,15 +24,7 @@ plan::StagePlan at_layers(plan::StagePlan s, int64_t layers, const SearchSpace& 
 }  // namespace
 
 double uniform_objective(const std::vector<Point>& pts, const plan::Plan& layout) {
-  // analysis::pipeline_iteration_time's closed form, as the inter-stage search states it.
-  double sum = 0, mx = 0, exposed = 0;
-  for (const auto& p : pts) {
-    exposed = std::max(exposed, p.D - sum);
-    sum += p.T;
-    mx = std::max(mx, p.T);
-  }
-  return pipeline_objective(sum, mx, exposed, static_cast<double>(layout.grad_accum_steps),
-                            layout.virtual_pipeline_stages);
+  return plan_objective(pts, static_cast<double>(layout.grad_accum_steps), layout.virtual_pipeline_stages);
 }
 
 std::optional<StageChoice> uniform_search(const StageCosts& costs, const SearchSpace& space,

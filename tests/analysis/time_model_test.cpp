@@ -12,14 +12,20 @@ using mist::testing::training;
 
 TEST(ClosedForm, MatchesHandComputedCases) {
   // Uniform stages, no deltas: pp·T + (G-1)·T.
-  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1, 1}, {0, 0, 0, 0}, 8, 1), 4 + 7);
+  const std::vector<double> none;
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1, 1}, {0, 0, 0, 0}, none, 8, 1), 4 + 7);
   // Bottleneck stage dominates the steady state.
-  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 3, 1}, {0, 0, 0}, 5, 1), 5 + 4 * 3);
-  // A delta on a later stage hides behind the stages before it.
-  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1}, {0, 0, 1.5}, 2, 1), 3 + 1 + 0);
-  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1}, {2, 0, 0}, 2, 1), 3 + 1 + 2);
-  // Interleaving shortens the fill: T + (pp - 1)·T/v.
-  EXPECT_DOUBLE_EQ(pipeline_iteration_time({2, 2, 2, 2}, {0, 0, 0, 0}, 8, 2), 2 + 3.0 + 7 * 2);
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 3, 1}, {0, 0, 0}, none, 5, 1), 5 + 4 * 3);
+  // A delta on a later stage hides behind the backward of the stages before it (0.6 each).
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1}, {0, 0, 1.5}, {0.6, 0.6, 0.6}, 2, 1), 3 + 1 + 0.3);
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1}, {0, 0, 1}, {0.6, 0.6, 0.6}, 2, 1), 3 + 1 + 0);
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1}, {2, 0, 0}, {0.6, 0.6, 0.6}, 2, 1), 3 + 1 + 2);
+  // Without drain times nothing hides a delta.
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({1, 1, 1}, {0, 0, 1.5}, none, 2, 1), 3 + 1 + 1.5);
+  // Interleaving shortens the fill: T + (pp - 1)·T/v ...
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({2, 2, 2, 2}, {0, 0, 0, 0}, none, 8, 2), 2 + 3.0 + 7 * 2);
+  // ... and the drain: each earlier stage's chunk backward is 1/v of its B.
+  EXPECT_DOUBLE_EQ(pipeline_iteration_time({2, 2, 2, 2}, {0, 0, 0, 3}, {1, 1, 1, 1}, 8, 2), 2 + 3.0 + 7 * 2 + 1.5);
 }
 
 struct Job {

@@ -68,7 +68,7 @@ TEST(Schedule, InterleavedOrderIsMegatrons) {
 
 double closed_form(const PipelineJob& job) {
   const auto T = stable_times(job);
-  return analysis::pipeline_iteration_time(T, std::vector<double>(T.size(), 0.0), job.micro_batches,
+  return analysis::pipeline_iteration_time(T, std::vector<double>(T.size(), 0.0), {}, job.micro_batches,
                                            job.virtual_stages);
 }
 
@@ -142,7 +142,7 @@ TEST(PipelineSim, InterleavedUniformStagesHaveTheShorterBubble) {
           const double expect = (static_cast<double>(G) + (pp - 1.0) / static_cast<double>(v)) * T;
           EXPECT_NEAR(r.makespan, expect, 1e-9 * expect) << "pp " << pp << " v " << v << " G " << G << " f " << f;
           const double closed = analysis::pipeline_iteration_time(stable_times(uniform(pp, G, v, f, b)),
-                                                                   std::vector<double>(static_cast<size_t>(pp), 0.0), G, v);
+                                                                   std::vector<double>(static_cast<size_t>(pp), 0.0), {}, G, v);
           EXPECT_NEAR(r.makespan, closed, 1e-9 * expect);
         }
 }
@@ -229,7 +229,7 @@ struct ErrorStats {
 TEST(PipelineSim, ClosedFormErrorWithDeltas) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(0.1, 1.0), frac(0.0, 1.0);
-  ErrorStats zero, any, exact_shape;
+  ErrorStats zero, any, exact_shape, drain_offsets, mist_offsets;
   for (int trial = 0; trial < 2000; ++trial) {
     const int pp = 1 + static_cast<int>(rng() % 8);
     const int64_t G = 1 + static_cast<int64_t>(rng() % 64);
@@ -243,7 +243,7 @@ TEST(PipelineSim, ClosedFormErrorWithDeltas) {
                 job.stages.back());
     const double sim0 = run(job).makespan;
     if (!slowest_last) zero.err.push_back(closed_form(job) / sim0 - 1);
-    std::vector<double> T, D;
+    std::vector<double> T, D, B;
     double sum_d = 0;
     for (auto& w : job.stages) {
       const double d = 0.5 * frac(rng) * (w.fwd + w.bwd), split = frac(rng);
@@ -251,6 +251,7 @@ TEST(PipelineSim, ClosedFormErrorWithDeltas) {
       w.last_bwd_extra = d - w.first_fwd_extra;
       T.push_back(w.fwd + w.bwd);
       D.push_back(d);
+      B.push_back(w.bwd);
       sum_d += d;
     }
     const double sim = run(job).makespan;
@@ -268,8 +269,10 @@ TEST(PipelineSim, ClosedFormErrorWithDeltas) {
       before_f += w.fwd, before_b += w.bwd, sum_t += w.fwd + w.bwd;
     }
     ASSERT_GE(sim, sum_t * (1 - 1e-12));
-    const double closed = analysis::pipeline_iteration_time(T, D, G);
+    const double closed = analysis::pipeline_iteration_time(T, D, B, G);
     (slowest_last ? exact_shape : any).err.push_back(closed / sim - 1);
+    drain_offsets.err.push_back(closed / sim - 1);
+    mist_offsets.err.push_back(analysis::pipeline_iteration_time(T, D, T, G) / sim - 1);  // Σ_{j<i} T_j
   }
   // Interleaved 1F1B, no deltas: the closed form's fill max T + (Σ T - max T)/v.
   ErrorStats interleaved;
@@ -287,6 +290,34 @@ TEST(PipelineSim, ClosedFormErrorWithDeltas) {
   interleaved.print("no deltas, random stages, interleaved");
   any.print("deltas, random stages");
   exact_shape.print("deltas, slowest stage last");
+  drain_offsets.print("deltas, all, offsets sum B_j / v");
+  mist_offsets.print("deltas, all, Mist's offsets sum T_j");
+}
+
+// Equal stages, one extra after the last backward of one stage: the stage's last backward ends
+// Σ_{j<i} bwd_j / v before the iteration does (the last gradient still crosses the earlier stages,
+// one chunk each), so the closed form with those drain offsets is the simulation's makespan, 1F1B
+// and interleaved alike. Mist's Σ_{j<i} T_j offsets hide too much of the extra.
+TEST(PipelineSim, DrainOffsetsAreExactForOneTrailingExtra) {
+  int mist_off = 0, cases = 0;
+  for (int pp = 2; pp <= 6; ++pp)
+    for (int64_t v : {1, 2, 4})
+      for (int64_t k : {1, 3})
+        for (int at = 0; at < pp; ++at)
+          for (double extra : {0.5, 2.0, 7.0}) {
+            const int64_t G = k * pp;
+            auto job = uniform(pp, G, v, 1.0, 2.0);
+            job.stages[static_cast<size_t>(at)].last_bwd_extra = extra;
+            const double sim = run(job).makespan;
+            const auto T = stable_times(job);
+            std::vector<double> D(T.size(), 0.0), B(T.size(), 2.0);
+            D[static_cast<size_t>(at)] = extra;
+            const double closed = analysis::pipeline_iteration_time(T, D, B, G, v);
+            EXPECT_NEAR(closed, sim, 1e-9 * sim) << "pp " << pp << " v " << v << " G " << G << " at " << at;
+            mist_off += analysis::pipeline_iteration_time(T, D, T, G, v) < sim - 1e-9;
+            ++cases;
+          }
+  EXPECT_GT(mist_off, cases / 4);  // the old offsets under-count in many of these cases
 }
 
 TEST(PipelineSim, RejectsInvalidJobs) {

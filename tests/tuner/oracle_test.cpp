@@ -40,7 +40,7 @@ constexpr bool kSanitized = true;
 constexpr bool kSanitized = false;
 #endif
 
-enum class Space { kMistSmall, kMistOffload, kMistPipeline, kMegatron, kDeepSpeed };
+enum class Space { kMistSmall, kMistOffload, kMistPipeline, kMistInterleaved, kMegatron, kDeepSpeed };
 
 struct Job {
   const char* family;  // "gpt" or "llama"
@@ -57,6 +57,7 @@ const char* space_name(Space s) {
     case Space::kMistSmall: return "mist/small";
     case Space::kMistOffload: return "mist/offload";
     case Space::kMistPipeline: return "mist/pipeline";
+    case Space::kMistInterleaved: return "mist/interleaved";
     case Space::kMegatron: return "megatron";
     case Space::kDeepSpeed: return "deepspeed";
   }
@@ -99,6 +100,18 @@ SearchSpace make_space(Space s) {
       sp.weight_offload = sp.grad_offload = sp.opt_offload = sp.act_offload = {0};
       sp.recompute = {plan::Recompute::kNone, plan::Recompute::kSelective};
       break;
+    case Space::kMistInterleaved:  // interleaved 1F1B (v 1, 2, 4) with per-stage settings, pp ≤ 4
+      sp.tp = {1};
+      sp.micro_batch = {1, 2};
+      sp.max_pp = 4;
+      sp.layer_slack = 1;
+      sp.virtual_stages = {1, 2, 4};
+      sp.zero = {0, 1};
+      sp.weight_offload = sp.grad_offload = {0};
+      sp.opt_offload = {0, 1};
+      sp.act_offload = {0, 0.5};
+      sp.recompute = {plan::Recompute::kNone};
+      break;
     case Space::kMegatron:  // bounded so that the enumeration with predict stays short
       sp = *named_space("megatron");
       sp.micro_batch = {1, 2};
@@ -132,7 +145,7 @@ spec::TrainingSpec training(const Job& j, const spec::ClusterSpec& c) {
   return testing::training(j.gbs, j.seq, precision, j.flash, false);
 }
 
-// 24 jobs: 15 over restrictions of the mist space, 5 Megatron, 4 DeepSpeed. Global batches that
+// 29 jobs: 20 over restrictions of the mist space (3 with interleaving), 5 Megatron, 4 DeepSpeed. Global batches that
 // few data-parallel degrees divide (6, 10, 12) and tp_max = 1 force pipelines, so the best plans
 // of those jobs have 2-4 stages with non-uniform splits and settings: the part of the search the
 // decomposition approximates.
@@ -167,6 +180,11 @@ const std::vector<Job>& jobs() {
       // state, so the frontier's D side and the exposed-delta term decide the optimum.
       {"gpt", 8, 4096, "L4-24GB", 1, 4, 4, 2048, true, Space::kMistOffload, 1},
       {"llama", 12, 4096, "A100-SXM4-40GB", 1, 4, 4, 4096, true, Space::kMistSmall, 1},
+      // Few micro-batches per pipeline: interleaving shortens the fill, and its drain offsets
+      // Σ_{j<i} B_j / v decide how much of each stage's D stays exposed.
+      {"gpt", 16, 5120, "L4-24GB", 1, 4, 4, 2048, true, Space::kMistInterleaved, 1},
+      {"llama", 16, 6144, "A100-SXM4-40GB", 1, 8, 16, 4096, true, Space::kMistInterleaved, 1},
+      {"gpt", 12, 5120, "V100-SXM2-32GB", 1, 4, 8, 2048, false, Space::kMistInterleaved, 1},
   };
   return all;
 }
@@ -213,6 +231,7 @@ std::string optimisations(const plan::Plan& p) {
                s.offload.activations > 0;
   }
   std::string out = fmt::format("dp{} tp{} pp{} b{}", p.dp, p.tp, p.pp, p.micro_batch_size);
+  if (p.virtual_pipeline_stages > 1) out += fmt::format(" v{}", p.virtual_pipeline_stages);
   if (p.recompute == plan::Recompute::kSelective) out += " selective";
   if (split) out += " non-uniform split";
   if (ckpt) out += " ckpt";
@@ -291,7 +310,7 @@ TEST(TunerOracleJobs, AtLeastTwentyAcrossAllSpacesAndGpus) {
     flash.insert(j.flash);
     batches.insert(j.gbs);
   }
-  EXPECT_EQ(spaces.size(), 5u);
+  EXPECT_EQ(spaces.size(), 6u);
   EXPECT_EQ(gpus.size(), 3u);
   EXPECT_EQ(flash.size(), 2u);
   EXPECT_GE(batches.size(), 4u);

@@ -43,11 +43,13 @@ SearchSpace test_space() {
   s.weight_offload = s.grad_offload = {0, 0.5, 1};
   s.opt_offload = {0, 0.5, 1};
   s.act_offload = {0, 0.5, 1};
+  s.virtual_stages = {1, 2};
   return s;
 }
 
 // StageCosts::candidates prunes exactly only if raising recomputation or a weight, gradient or
-// activation offload fraction never lowers T, nor T + D; and optimizer offload leaves T alone.
+// activation offload fraction never lowers T, T - B nor T + v·D; and optimizer offload leaves T
+// and B alone.
 TEST(StageCosts, TimeModelIsMonotoneWhereThePruningAssumesIt) {
   const double eps = 1e-12;
   int checked = 0;
@@ -57,13 +59,15 @@ TEST(StageCosts, TimeModelIsMonotoneWhereThePruningAssumesIt) {
     for (const auto& layout : layouts(space, f.m, f.c, f.t)) {
       auto timer = analysis::StageTimer::create(f.m, f.c, f.t, layout);
       const int64_t l = f.m.num_layers / layout.pp;
+      const double v = static_cast<double>(layout.virtual_pipeline_stages);
       for (int i : {0, static_cast<int>(layout.pp) - 1})
         for (const auto& s : stage_settings(space, l, layout.dp)) {
           const auto a = timer.parts(s, i);
           auto raised = [&](plan::StagePlan r) {
             const auto b = timer.parts(r, i);
             EXPECT_GE(b.stable(), a.stable() - eps * a.stable());
-            EXPECT_GE(b.stable() + b.delta(), a.stable() + a.delta() - eps * a.stable());
+            EXPECT_GE(b.stable() - b.drain(), a.stable() - a.drain() - eps * a.stable());
+            EXPECT_GE(b.stable() + v * b.delta(), a.stable() + v * a.delta() - eps * a.stable()) << "v " << v;
             ++checked;
           };
           plan::StagePlan r = s;
@@ -78,6 +82,7 @@ TEST(StageCosts, TimeModelIsMonotoneWhereThePruningAssumesIt) {
           if (s.offload.optimizer_states < 1) {
             r.offload.optimizer_states += 0.5;
             EXPECT_DOUBLE_EQ(timer.parts(r, i).stable(), a.stable());
+            EXPECT_DOUBLE_EQ(timer.parts(r, i).drain(), a.drain());
           }
         }
     }
@@ -85,8 +90,8 @@ TEST(StageCosts, TimeModelIsMonotoneWhereThePruningAssumesIt) {
   EXPECT_GT(checked, 10000);
 }
 
-// Every fitting setting is matched by a candidate that is no slower in T and in T + D, so the
-// pruned candidates lose nothing the pipeline objective can see.
+// Every fitting setting is matched by a candidate that is no worse in T, T - B and T + v·D, so
+// the pruned candidates lose nothing the pipeline objective can see.
 TEST(StageCosts, CandidatesCoverEveryFittingSetting) {
   int covered = 0, pruned_total = 0;
   for (const auto& j : kJobs) {
@@ -97,6 +102,7 @@ TEST(StageCosts, CandidatesCoverEveryFittingSetting) {
       auto costs = StageCosts::create(f.m, f.c, f.t, space, layout, programs);
       ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
       const int64_t l = f.m.num_layers / layout.pp;
+      const double v = static_cast<double>(layout.virtual_pipeline_stages);
       for (int i = 0; i < layout.pp; ++i) {
         TuneStats stats;
         const auto all = costs->cost(stage_settings(space, l, layout.dp), i, stats, nullptr);
@@ -105,7 +111,8 @@ TEST(StageCosts, CandidatesCoverEveryFittingSetting) {
         pruned_total += static_cast<int>(all.size() - cand.size());
         for (const auto& p : all) {
           const bool ok = std::any_of(cand.begin(), cand.end(), [&](const Point& q) {
-            return q.T <= p.T * (1 + 1e-12) && q.T + q.D <= (p.T + p.D) * (1 + 1e-12);
+            return q.T <= p.T * (1 + 1e-12) && q.T - q.B <= (p.T - p.B) + 1e-12 * p.T &&
+                   q.T + v * q.D <= (p.T + v * p.D) * (1 + 1e-12);
           });
           EXPECT_TRUE(ok) << "layout dp " << layout.dp << " tp " << layout.tp << " pp " << layout.pp << " stage " << i
                           << ": zero " << p.st.zero << " c " << p.st.ckpt_layers << " offload " << p.st.offload.weights
@@ -138,6 +145,11 @@ TEST(InterStage, ParetoSampleKeepsTheEndsAndDropsBeatenPoints) {
   // A point with larger T and larger T + D is never kept, even with a smaller D.
   auto two = pareto_sample({Point{1, 5, 0, {}, 0}, Point{2, 4.5, 0, {}, 0}}, 0);
   EXPECT_EQ(two.size(), 1u);
+  // Unless more of its time is backward, which hides later stages' deltas (T - B 0.2 < 1).
+  EXPECT_EQ(pareto_sample({Point{1, 5, 0, {}, 0}, Point{2, 4.5, 0, {}, 0, 1.8}}, 0).size(), 2u);
+  // Interleaved, D counts v times against T: 1 + 2·5 > 2 + 2·4.4.
+  EXPECT_EQ(pareto_sample({Point{1, 5, 0, {}, 0}, Point{2, 4.4, 0, {}, 0}}, 0, 2).size(), 2u);
+  EXPECT_EQ(pareto_sample({Point{1, 5, 0, {}, 0}, Point{2, 4.4, 0, {}, 0}}, 0, 1).size(), 1u);
 }
 
 }  // namespace
