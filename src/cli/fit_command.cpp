@@ -63,7 +63,10 @@ sym::Bindings parse_shape(const std::string& key) {
     }
   }
   for (const char* s : {"b", "s", "h", "a", "g", "f", "t"})
-    if (!at.contains(s) || !(at[s] > 0)) return {};
+    if (!at.contains(s)) return {};
+  // Whole dimensions of a plausible size (the lowering takes them as integers).
+  for (const auto& [name, v] : at)
+    if (!(v >= 1 && v <= 1e9) || v != std::floor(v)) return {};
   return at;
 }
 

@@ -114,6 +114,11 @@ TEST(FitCli, BadInputExitsNamingTheField) {
     if (line.find(",layernorm,") != std::string::npos) text += line + "\n";
   const auto norms = (dir / "norms.db").string();
   ASSERT_EQ(mist({"profile", "import", "--db", norms, write(dir, "norms.csv", text)}).code, 0);
+  // Rows with absurd shape keys are skipped, not lowered.
+  const std::string odd = std::string(profile::kCsvHeader) +
+                          "\ncpu,mlp.fc1,linear,b=1e300;s=1;h=1;a=1;g=1;f=1;t=1,fp32,forward,1,1,1,1,x,2026-11-30\n"
+                          "cpu,mlp.fc1,linear,b=1.5;s=1;h=1;a=1;g=1;f=1;t=1,fp32,forward,1,1,1,1,x,2026-11-30\n";
+  ASSERT_EQ(mist({"profile", "import", "--db", norms, write(dir, "odd.csv", odd)}).code, 0);
   r = mist({"fit", "--profile-db", norms, "--gpu", kData + "cpu_one_core.json", "--device", "cpu"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--profile-db.rows"), std::string::npos) << r.err;
