@@ -86,6 +86,10 @@ TEST(TuneCli, BadOptionsNameTheField) {
                         {{"--engine", "jax"}, "engine"},
                         {{"--engine", "megatron", "--space", "deepspeed"}, "--engine"},
                         {{"--solver", "milp", "--milp-time-limit", "0"}, "--milp-time-limit"},
+                        {{"--virtual-stages", "0"}, "--virtual-stages"},
+                        {{"--virtual-stages", "1,,2"}, "--virtual-stages"},
+                        {{"--virtual-stages", "2x"}, "--virtual-stages"},
+                        {{"--virtual-stages", "99999999999999999999"}, "--virtual-stages"},
                         {{"--compare-to", "--tensor-model-parallel-size 3"}, "tensor"},
                         {{"--compare-to", "--tensor-model-parallel-size 1", "--compare-megatron-flags", "--bf16"},
                          "--compare-megatron-flags"}};
@@ -94,6 +98,41 @@ TEST(TuneCli, BadOptionsNameTheField) {
     EXPECT_EQ(o.code, 2) << c.field << ": " << o.err;
     EXPECT_NE(o.err.find(c.field), std::string::npos) << o.err;
   }
+}
+
+// --virtual-stages decides which schedules the search may return: with 1 only 1F1B, with 2 alone
+// every pipelined plan interleaves (and plans without a pipeline stay possible). Megatron-LM's
+// knobs (no ZeRO-3, no weight offload) on one GPU per node (no tensor parallelism) make this
+// model pipeline over 4 stages with 4 micro-batches, where the bubble is large.
+TEST(TuneCli, VirtualStagesRestrictTheSchedule) {
+  const std::string model = write("model_deep.json", R"({"name": "tune-cli-deep", "family": "gpt", "num_layers": 16,
+      "hidden_size": 6144, "num_heads": 48, "ffn_hidden_size": 24576, "vocab_size": 32000,
+      "max_position_embeddings": 2048, "norm": "layernorm", "mlp": "gelu", "positions": "learned"})");
+  const std::string cluster = write("cluster_4x1.json", R"({"gpu": "L4-24GB", "nodes": 4, "gpus_per_node": 1})");
+  const std::string training =
+      write("training_small_batch.json", R"({"global_batch_size": 4, "seq_length": 2048, "precision": "bf16"})");
+  auto args = [&](const char* v) {
+    auto a = job({"--json", "--top", "5", "--engine", "megatron", "--virtual-stages", v});
+    a[2] = model;     // --model
+    a[4] = cluster;   // --cluster
+    a[6] = training;  // --training
+    return a;
+  };
+  auto one = mist(args("1")), two = mist(args("2")), any = mist(args("1,2,4"));
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(two.code, 0) << two.err;
+  ASSERT_EQ(any.code, 0) << any.err;
+  auto v_of = [](const Json& p) { return p.value("virtual_pipeline_stages", 1); };
+  const auto a = Json::parse(one.out), b = Json::parse(two.out), c = Json::parse(any.out);
+  EXPECT_EQ(v_of(a["plan"]), 1);
+  for (const auto& alt : b["alternatives"]) {
+    const auto& p = alt["plan"];
+    if (p["pp"].get<int>() > 1) EXPECT_EQ(v_of(p), 2);
+  }
+  // On this job the best plan pipelines and interleaves, and the wider list finds it.
+  EXPECT_GT(c["plan"]["pp"].get<int>(), 1);
+  EXPECT_GT(v_of(c["plan"]), 1);
+  EXPECT_LT(c["prediction"]["iteration_time_s"].get<double>(), a["prediction"]["iteration_time_s"].get<double>());
 }
 
 // A profile database that cannot be read stops the search before it starts, naming the field.
