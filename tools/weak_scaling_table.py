@@ -34,6 +34,8 @@ def layout_text(plan):
     stages = plan["stages"]
     text = "dp{} tp{} pp{} b{} G{}".format(plan["dp"], plan["tp"], plan["pp"], plan["micro_batch_size"],
                                           plan["grad_accum_steps"])
+    if plan.get("virtual_pipeline_stages", 1) > 1:
+        text += " v{}".format(plan["virtual_pipeline_stages"])
     if plan.get("recompute", "none") != "none":
         text += " " + plan["recompute"]
     if len({s["num_layers"] for s in stages}) > 1:

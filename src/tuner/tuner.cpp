@@ -180,7 +180,10 @@ Result<TuneResult> tune(const spec::ModelSpec& m, const spec::ClusterSpec& c, co
       if (options.engine)
         cand = engine_plan(m, c, t, *options.engine, costs, cand->plan, best->objective, result.stats);
     }
-    if (cand) {
+    // Two layouts can lead to the same engine plan (e.g. torchtitan runs selective recompute as
+    // none): the list keeps it once.
+    const bool seen = cand && std::any_of(found.begin(), found.end(), [&](const Candidate& f) { return f.plan == cand->plan; });
+    if (cand && !seen) {
       found_times.insert(std::upper_bound(found_times.begin(), found_times.end(), cand->search_objective_s),
                          cand->search_objective_s);
       found.push_back(std::move(*cand));
