@@ -6,16 +6,22 @@
 # (scripts/fuzz-run.sh, build-fuzz/, clang-16); a crash fails the script. FUZZ=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+phase() { echo "== test.sh: $1 at ${SECONDS} s" >&2; }  # where CI's time goes
 scripts/install-deps.sh
+phase "build"
 scripts/build.sh
+phase "tests"
 ctest --test-dir build --output-on-failure -j "${JOBS:-2}"
 if [ "${SANITIZE:-1}" != 0 ]; then
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMIST_SANITIZE=ON \
+  phase "sanitizer build and tests"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMIST_SANITIZE=ON -DMIST_BUILD_BENCH=OFF \
         -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
   cmake --build build-asan -j "${JOBS:-2}"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "${JOBS:-2}"
 fi
 if [ "${FUZZ:-1}" != 0 ]; then
+  phase "fuzzing"
   scripts/fuzz-run.sh "${FUZZ_SECONDS:-30}"
 fi
+phase "done"
