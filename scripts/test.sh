@@ -14,8 +14,10 @@ phase "tests"
 ctest --test-dir build --output-on-failure -j "${JOBS:-2}"
 if [ "${SANITIZE:-1}" != 0 ]; then
   phase "sanitizer build and tests"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMIST_SANITIZE=ON -DMIST_BUILD_BENCH=OFF \
-        -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
+  # -O1 -g1: assertions on, line-numbered reports, and tests 3x faster than at -O0 for the same
+  # compile time (docs/hardening.md).
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DMIST_SANITIZE=ON \
+        -DMIST_BUILD_BENCH=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
   cmake --build build-asan -j "${JOBS:-2}"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "${JOBS:-2}"

@@ -25,8 +25,9 @@ TEST(EngineTuning, EveryPlanIsExpressibleByItsEngine) {
                       {12, 4096, 2, 4, 64, 2048, "H100-SXM5-80GB"}, {8, 4096, 1, 2, 8, 2048, "L4-24GB"},
                       {16, 2048, 1, 4, 32, 2048, "V100-SXM2-32GB"}};
   int plans = 0, adjusted = 0;
-  for (const auto& j : jobs)
+  for (size_t k = 0; k < std::size(jobs); k += kSanitized ? 3 : 1)  // jobs 0, 3, 6 under the sanitizers
     for (auto e : engines::all_engines()) {
+      const Job& j = jobs[k];
       const auto m = small_gpt(j.layers, j.hidden);
       const auto c = cluster(j.gpu, j.nodes, j.per_node);
       const bool bf16 = c.gpu.bf16_flops > 0;
@@ -54,7 +55,7 @@ TEST(EngineTuning, EveryPlanIsExpressibleByItsEngine) {
         ++plans;
       }
     }
-  EXPECT_GT(plans, 30);
+  EXPECT_GT(plans, kSanitized ? 12 : 30);
   EXPECT_GE(adjusted, 0);
 }
 
@@ -94,12 +95,6 @@ TEST(EngineTuning, MistIsNeverSlowerThanAnEngine) {
   EXPECT_LE(best->best.front().iteration_time_s, restricted->best.front().iteration_time_s * (1 + 1e-9));
 }
 
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
 
 std::vector<int64_t> split_of(const plan::Plan& p) {
   std::vector<int64_t> out;

@@ -26,6 +26,7 @@
 #include "analysis/memory_model.hpp"
 #include "analysis/time_model.hpp"
 #include "tuner/tuner.hpp"
+#include "tune_jobs.hpp"
 
 namespace mist::tuner {
 namespace {
@@ -33,12 +34,8 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The Debug ASan+UBSan build runs the symbolic model far slower (one `mist predict` takes ~1 s):
-// there every fourth job runs, and without the enumeration with predict.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
+// there every fourth job runs (tune_jobs.hpp's kSanitized), and without the enumeration with predict.
+using tuner::testing::kSanitized;
 
 enum class Space { kMistSmall, kMistOffload, kMistPipeline, kMistInterleaved, kMegatron, kDeepSpeed };
 
@@ -136,13 +133,13 @@ spec::ModelSpec model(const Job& j) {
     m.ffn_hidden_size = j.hidden * 11 / 4;  // 5632 at h = 2048, as Mist's Llama sizes
     return m;
   }
-  return testing::gpt(j.layers, j.hidden, j.hidden / 128, 51200, 4096);
+  return mist::testing::gpt(j.layers, j.hidden, j.hidden / 128, 51200, 4096);
 }
 
 // GPUs without bf16 (V100) train in fp16, as they do in practice.
 spec::TrainingSpec training(const Job& j, const spec::ClusterSpec& c) {
   const auto precision = c.gpu.bf16_flops > 0 ? spec::Dtype::kBf16 : spec::Dtype::kFp16;
-  return testing::training(j.gbs, j.seq, precision, j.flash, false);
+  return mist::testing::training(j.gbs, j.seq, precision, j.flash, false);
 }
 
 // 29 jobs: 20 over restrictions of the mist space (3 with interleaving), 5 Megatron, 4 DeepSpeed. Global batches that
@@ -245,7 +242,7 @@ class TunerOracle : public ::testing::TestWithParam<size_t> {};
 TEST_P(TunerOracle, HierarchicalWithinOnePercentOfExhaustive) {
   const Job& j = jobs()[GetParam()];
   const auto m = model(j);
-  const auto c = testing::cluster(j.gpu, j.nodes, j.per_node);
+  const auto c = mist::testing::cluster(j.gpu, j.nodes, j.per_node);
   const auto t = training(j, c);
   const std::string what = fmt::format("{} L{} h{} on {}x{} {}, GBS {}, s {}, flash {}", j.family, j.layers, j.hidden,
                                        j.nodes, j.per_node, j.gpu, j.gbs, j.seq, j.flash ? "on" : "off");

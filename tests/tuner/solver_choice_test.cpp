@@ -26,7 +26,8 @@ const Job kJobs[] = {{8, 2048, 1, 4, 16, "L4-24GB"},
 
 // Mist's MILP on CBC and the dynamic programme solve the same inter-stage problem exactly.
 TEST(InterStageSolvers, MilpMatchesTheDynamicProgramme) {
-  for (const auto& j : kJobs) {
+  for (size_t k = 0; k < std::size(kJobs); k += kSanitized ? 2 : 1) {
+    const Job& j = kJobs[k];
     const auto m = small_gpt(j.layers, j.hidden);
     const auto c = cluster(j.gpu, j.nodes, j.per_node);
     const auto t = training(j.gbs, 2048);
@@ -80,7 +81,8 @@ TEST(InterStageSolvers, AllThreeAgreeOnRandomFrontsWithDrainAndInterleaving) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const double inf = std::numeric_limits<double>::infinity();
   int cases = 0, exposed = 0;
-  for (int trial = 0; trial < 120; ++trial) {
+  const int trials = kSanitized ? 40 : 120;
+  for (int trial = 0; trial < trials; ++trial) {
     const int pp = 2 + static_cast<int>(rng() % 3);
     const int64_t v = 1 + static_cast<int64_t>(rng() % 3);
     const double G = static_cast<double>(1 + rng() % 6);
@@ -136,7 +138,7 @@ TEST(InterStageSolvers, AllThreeAgreeOnRandomFrontsWithDrainAndInterleaving) {
     exposed += dp->objective > pipeline_objective(sum, mx, 0, G, v) + 1e-9;
     ++cases;
   }
-  EXPECT_GT(cases, 100);
+  EXPECT_GT(cases, trials * 5 / 6);
   EXPECT_GT(exposed, cases / 4);
 }
 
