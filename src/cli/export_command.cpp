@@ -26,11 +26,6 @@ struct ImportArgs {
   std::string model, cluster, training, training_out;
 };
 
-int invalid(std::string& err, const Error& e) {
-  err += "mist: invalid input: " + e.to_string() + "\n";
-  return kExitInvalidInput;
-}
-
 bool write_file(const std::string& path, const std::string& text, std::string& err) {
   std::ofstream f(path);
   f << text;
@@ -41,13 +36,13 @@ bool write_file(const std::string& path, const std::string& text, std::string& e
 
 int run_export(const ExportArgs& a, std::string& out, std::string& err) {
   auto job = load_job(a.job);
-  if (!job) return invalid(err, job.error());
+  if (!job) return invalid_input(err, job.error());
   auto engine = engines::engine_from_string(a.to);
-  if (!engine) return invalid(err, Error{"--to", engine.error().message});
+  if (!engine) return invalid_input(err, Error{"--to", engine.error().message});
   engines::ExportOptions opts;
   if (!a.out.empty() && *engine == engines::Engine::kDeepSpeed) opts.deepspeed_config_path = a.out;
   auto r = engines::export_plan(*engine, job->model, job->cluster, job->training, job->plan, opts);
-  if (!r) return invalid(err, r.error());
+  if (!r) return invalid_input(err, r.error());
   const char* name = engines::display_name(*engine);
   if (!r->exported) {
     err += fmt::format("mist: {} cannot run this plan:\n", name);
@@ -93,27 +88,27 @@ std::string stated_training(const engines::TrainingOverrides& t) {
 int run_import(const ImportArgs& a, std::string& out, std::string& err) {
   const int sources = int(!a.megatron.empty()) + int(!a.deepspeed.empty()) + int(!a.torchtitan.empty());
   if (sources != 1)
-    return invalid(err, Error{"--from-megatron", "give exactly one of --from-megatron, --from-deepspeed and "
+    return invalid_input(err, Error{"--from-megatron", "give exactly one of --from-megatron, --from-deepspeed and "
                                                  "--from-torchtitan"});
   if (!a.megatron_flags.empty() && a.deepspeed.empty())
-    return invalid(err, Error{"--megatron-flags", "goes with --from-deepspeed"});
+    return invalid_input(err, Error{"--megatron-flags", "goes with --from-deepspeed"});
   auto model = spec::load_model(a.model);
-  if (!model) return invalid(err, model.error());
+  if (!model) return invalid_input(err, model.error());
   auto cluster = spec::load_cluster(a.cluster);
-  if (!cluster) return invalid(err, cluster.error());
+  if (!cluster) return invalid_input(err, cluster.error());
   Result<engines::ImportedJob> imported =
       !a.megatron.empty()  ? engines::import_megatron_flags(a.megatron, *model, *cluster)
       : !a.deepspeed.empty() ? engines::import_deepspeed_file(a.deepspeed, a.megatron_flags, *model, *cluster)
                              : engines::import_torchtitan_overrides(a.torchtitan, *model, *cluster);
-  if (!imported) return invalid(err, imported.error());
+  if (!imported) return invalid_input(err, imported.error());
   spec::TrainingSpec base;
   if (!a.training.empty()) {
     auto t = spec::load_training(a.training);
-    if (!t) return invalid(err, t.error());
+    if (!t) return invalid_input(err, t.error());
     base = *t;
   }
   const spec::TrainingSpec training = imported->training.applied_to(base);
-  if (auto ok = plan::validate_plan(imported->plan, *model, *cluster, training); !ok) return invalid(err, ok.error());
+  if (auto ok = plan::validate_plan(imported->plan, *model, *cluster, training); !ok) return invalid_input(err, ok.error());
   if (!a.training_out.empty() && !write_file(a.training_out, spec::training_to_json(training).dump(2) + "\n", err))
     return kExitInvalidInput;
   for (const auto& n : imported->notes) err += "mist: note: " + n + "\n";

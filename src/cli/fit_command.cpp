@@ -15,6 +15,7 @@
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
+#include "cli/job.hpp"
 #include "graph/lower.hpp"
 #include "hardware/fit.hpp"
 #include "profile/database.hpp"
@@ -146,30 +147,26 @@ std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, co
 std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 
 int run_fit(const FitArgs& a, std::string& out, std::string& err) {
-  auto invalid = [&](const Error& e) {
-    err = fmt::format("mist: invalid input: {}\n", e.to_string());
-    return kExitInvalidInput;
-  };
   auto gpu = fit_gpu(a.gpu);
-  if (!gpu) return invalid(gpu.error());
+  if (!gpu) return invalid_input(err, gpu.error());
   const std::string device = a.device.empty() ? gpu->name : a.device;
   // Opening would create a missing file; a fit needs measurements.
-  if (!std::filesystem::exists(a.db)) return invalid(Error{"--profile-db", "no such file: " + a.db});
+  if (!std::filesystem::exists(a.db)) return invalid_input(err, Error{"--profile-db", "no such file: " + a.db});
   auto db = profile::Database::open(a.db);
-  if (!db) return invalid(Error{"--profile-db", db.error().message});
+  if (!db) return invalid_input(err, Error{"--profile-db", db.error().message});
   auto rows = db->all();
-  if (!rows) return invalid(Error{"--profile-db", rows.error().message});
+  if (!rows) return invalid_input(err, Error{"--profile-db", rows.error().message});
   // The dtype: as given, else the most common one among this device's rows.
   std::map<std::string, int> dtypes;
   for (const auto& r : *rows)
     if (r.device == device) dtypes[r.dtype] += 1;
   if (dtypes.empty())
-    return invalid(Error{"--device", fmt::format("the profile database has no rows for device '{}'", device)});
+    return invalid_input(err, Error{"--device", fmt::format("the profile database has no rows for device '{}'", device)});
   std::string dtype_name = a.dtype;
   if (dtype_name.empty())
     dtype_name = std::max_element(dtypes.begin(), dtypes.end(), [](auto& x, auto& y) { return x.second < y.second; })->first;
   auto dtype = parse_dtype(dtype_name);
-  if (!dtype) return invalid(dtype.error());
+  if (!dtype) return invalid_input(err, dtype.error());
 
   std::vector<hardware::FitSample> samples;
   int skipped = 0;
@@ -194,7 +191,7 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   for (const auto& s : samples) (held.contains(s.group) ? test : train).push_back(s);
 
   auto fitted = hardware::fit_constants(train);
-  if (!fitted) return invalid(Error{"--profile-db." + fitted.error().path, fitted.error().message});
+  if (!fitted) return invalid_input(err, Error{"--profile-db." + fitted.error().path, fitted.error().message});
   const hardware::PerfConstants defaults;
   const auto test_before = hardware::relative_errors(test, defaults);
   const auto test_after = hardware::relative_errors(test, fitted->constants);

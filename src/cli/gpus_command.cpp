@@ -11,6 +11,7 @@
 #include "advisor/advisor.hpp"
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
+#include "cli/job.hpp"
 #include "profile/op_source.hpp"
 
 namespace mist::cli {
@@ -124,27 +125,23 @@ std::string text_table(const advisor::Comparison& cmp, const GpusArgs& a) {
 }
 
 int gpus(const GpusArgs& a, std::string& out, std::string& err) {
-  auto invalid = [&](const Error& e) {
-    err = "mist: invalid input: " + e.to_string() + "\n";
-    return kExitInvalidInput;
-  };
   auto model = spec::load_model(a.model);
-  if (!model) return invalid(model.error());
+  if (!model) return invalid_input(err, model.error());
   auto training = spec::load_training(a.training);
-  if (!training) return invalid(training.error());
+  if (!training) return invalid_input(err, training.error());
   advisor::AdvisorOptions o;
   auto space = tuner::named_space(a.space);
-  if (!space) return invalid(space.error());
+  if (!space) return invalid_input(err, space.error());
   o.space = *space;
   if (a.fast) {
     // A coarser offload grid: 3^4 instead of 5^4 combinations per (ZeRO, checkpointing) pair.
     o.space.weight_offload = o.space.grad_offload = o.space.opt_offload = o.space.act_offload =
         std::vector<double>{0, 0.5, 1};
-    if (a.space != "mist") return invalid(Error{"--fast", "applies to the mist space only"});
+    if (a.space != "mist") return invalid_input(err, Error{"--fast", "applies to the mist space only"});
   }
   if (!a.profile_db.empty()) {
     auto table = profile::OpTable::load(a.profile_db);
-    if (!table) return invalid(Error{"--profile-db", table.error().message});
+    if (!table) return invalid_input(err, Error{"--profile-db", table.error().message});
     o.profile_db = a.profile_db;
   }
   for (const auto& c : a.candidates)
@@ -169,11 +166,11 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
   o.prices = *defaults;
   if (!a.prices.empty()) {
     auto user = advisor::load_prices(a.prices);
-    if (!user) return invalid(user.error());
+    if (!user) return invalid_input(err, user.error());
     o.prices = advisor::merge_prices(o.prices, *user);
   }
   auto cmp = advisor::compare_gpus(*model, *training, o);
-  if (!cmp) return invalid(cmp.error());
+  if (!cmp) return invalid_input(err, cmp.error());
   if (a.json) {
     Json rows = Json::array();
     for (const auto& r : cmp->rows) rows.push_back(row_json(r));

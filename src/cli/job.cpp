@@ -1,5 +1,7 @@
 #include "cli/job.hpp"
 
+#include "cli/commands.hpp"
+
 namespace mist::cli {
 
 void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan) {
@@ -24,6 +26,11 @@ Result<Job> load_job(const JobArgs& a) {
     MIST_TRY(job.plan, plan::load_plan(a.plan));
   }
   return job;
+}
+
+int invalid_input(std::string& err, const Error& e) {
+  err += "mist: invalid input: " + e.to_string() + "\n";
+  return kExitInvalidInput;
 }
 
 }  // namespace mist::cli

@@ -28,4 +28,7 @@ void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan = true);
 // Loads the files (or catalog names); without a plan file the plan is left default.
 Result<Job> load_job(const JobArgs& a);
 
+// Appends "mist: invalid input: <field>: <reason>" to `err`; returns exit status 2.
+int invalid_input(std::string& err, const Error& e);
+
 }  // namespace mist::cli

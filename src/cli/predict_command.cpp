@@ -44,15 +44,9 @@ Result<Job> load_predict_job(const PredictArgs& a, std::vector<std::string>& not
 int predict(const PredictArgs& a, bool explain, std::string& out, std::string& err) {
   std::vector<std::string> notes;
   auto job = load_predict_job(a, notes);
-  if (!job) {
-    err = "mist: invalid input: " + job.error().to_string() + "\n";
-    return kExitInvalidInput;
-  }
+  if (!job) return invalid_input(err, job.error());
   auto pred = cli::predict(*job);
-  if (!pred) {
-    err = "mist: invalid input: " + pred.error().to_string() + "\n";
-    return kExitInvalidInput;
-  }
+  if (!pred) return invalid_input(err, pred.error());
   // --simulate: the event simulation's iteration time replaces the closed form's.
   std::optional<sim::SimResult> simulated;
   if (a.simulate) {

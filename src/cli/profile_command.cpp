@@ -9,6 +9,7 @@
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
+#include "cli/job.hpp"
 #include "profile/csv_rows.hpp"
 #include "profile/database.hpp"
 #include "spec/model.hpp"
@@ -98,10 +99,7 @@ int measure(const ProfileArgs& a, std::string& out, std::string& err) {
     return kExitInvalidInput;
   }
   auto cases = layers(a);
-  if (!cases) {
-    err = fmt::format("mist: invalid input: {}\n", cases.error().to_string());
-    return kExitInvalidInput;
-  }
+  if (!cases) return invalid_input(err, cases.error());
   auto db = open_db(a.db);
   if (!db) {
     err = fmt::format("mist: profile: {}\n", db.error().to_string());

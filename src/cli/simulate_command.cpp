@@ -83,15 +83,9 @@ std::string result_text(const Job& job, const sim::PipelineJob& pj, const sim::S
 
 int simulate(const SimulateArgs& a, std::string& out, std::string& err) {
   auto job = load_job(a.job);
-  if (!job) {
-    err = "mist: invalid input: " + job.error().to_string() + "\n";
-    return kExitInvalidInput;
-  }
+  if (!job) return invalid_input(err, job.error());
   auto pred = cli::predict(*job);
-  if (!pred) {
-    err = "mist: invalid input: " + pred.error().to_string() + "\n";
-    return kExitInvalidInput;
-  }
+  if (!pred) return invalid_input(err, pred.error());
   const auto pj = analysis::pipeline_job(job->plan, pred->time, pred->memory);
   auto r = sim::simulate(pj);
   if (!r) {  // the plan was validated: a failure here is a bug

@@ -125,24 +125,20 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
   JobArgs ja = a.job;
   ja.plan.clear();
   auto job = load_job(ja);
-  auto invalid = [&](const Error& e) {
-    err = "mist: invalid input: " + e.to_string() + "\n";
-    return kExitInvalidInput;
-  };
-  if (!job) return invalid(job.error());
+  if (!job) return invalid_input(err, job.error());
   auto o = tune_options(a);
-  if (!o) return invalid(o.error());
+  if (!o) return invalid_input(err, o.error());
   std::optional<Job> current;  // --compare-to
   std::vector<std::string> import_notes;
   if (!a.compare_to.empty()) {
     auto imported = import_current(a, *job);
-    if (!imported) return invalid(imported.error());
+    if (!imported) return invalid_input(err, imported.error());
     job->training = imported->training.applied_to(job->training);
     current = *job;
     current->plan = imported->plan;
     import_notes = imported->notes;
     if (auto ok = plan::validate_plan(current->plan, job->model, job->cluster, job->training); !ok)
-      return invalid(ok.error());
+      return invalid_input(err, ok.error());
   }
   auto r = tuner::tune(job->model, job->cluster, job->training, *o);
   if (!r) {
@@ -191,7 +187,7 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
   std::string compare_text;
   if (current) {
     auto cp = predict(*current);
-    if (!cp) return invalid(cp.error());
+    if (!cp) return invalid_input(err, cp.error());
     const double mine = pred->time.iteration_time_s, theirs = cp->time.iteration_time_s;
     compare = {{"plan", plan::plan_to_json(current->plan)},
                {"fits", cp->memory.fits},
