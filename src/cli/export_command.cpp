@@ -89,7 +89,7 @@ int run_import(const ImportArgs& a, std::string& out, std::string& err) {
   const int sources = int(!a.megatron.empty()) + int(!a.deepspeed.empty()) + int(!a.torchtitan.empty());
   if (sources != 1)
     return invalid_input(err, Error{"--from-megatron", "give exactly one of --from-megatron, --from-deepspeed and "
-                                                 "--from-torchtitan"});
+                                                       "--from-torchtitan"});
   if (!a.megatron_flags.empty() && a.deepspeed.empty())
     return invalid_input(err, Error{"--megatron-flags", "goes with --from-deepspeed"});
   auto model = spec::load_model(a.model);
