@@ -88,8 +88,8 @@ std::string stated_training(const engines::TrainingOverrides& t) {
 int run_import(const ImportArgs& a, std::string& out, std::string& err) {
   const int sources = int(!a.megatron.empty()) + int(!a.deepspeed.empty()) + int(!a.torchtitan.empty());
   if (sources != 1)
-    return invalid_input(err, Error{"--from-megatron", "give exactly one of --from-megatron, --from-deepspeed and "
-                                                       "--from-torchtitan"});
+    return invalid_input(err, Error{"--from-megatron",
+                                    "give exactly one of --from-megatron, --from-deepspeed and --from-torchtitan"});
   if (!a.megatron_flags.empty() && a.deepspeed.empty())
     return invalid_input(err, Error{"--megatron-flags", "goes with --from-deepspeed"});
   auto model = spec::load_model(a.model);
@@ -108,7 +108,8 @@ int run_import(const ImportArgs& a, std::string& out, std::string& err) {
     base = *t;
   }
   const spec::TrainingSpec training = imported->training.applied_to(base);
-  if (auto ok = plan::validate_plan(imported->plan, *model, *cluster, training); !ok) return invalid_input(err, ok.error());
+  if (auto ok = plan::validate_plan(imported->plan, *model, *cluster, training); !ok)
+    return invalid_input(err, ok.error());
   if (!a.training_out.empty() && !write_file(a.training_out, spec::training_to_json(training).dump(2) + "\n", err))
     return kExitInvalidInput;
   for (const auto& n : imported->notes) err += "mist: note: " + n + "\n";

@@ -151,7 +151,8 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   if (!gpu) return invalid_input(err, gpu.error());
   const std::string device = a.device.empty() ? gpu->name : a.device;
   // Opening would create a missing file; a fit needs measurements.
-  if (!std::filesystem::exists(a.db)) return invalid_input(err, Error{"--profile-db", "no such file: " + a.db});
+  if (!std::filesystem::exists(a.db))
+    return invalid_input(err, Error{"--profile-db", "no such file: " + a.db});
   auto db = profile::Database::open(a.db);
   if (!db) return invalid_input(err, Error{"--profile-db", db.error().message});
   auto rows = db->all();
@@ -161,7 +162,8 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   for (const auto& r : *rows)
     if (r.device == device) dtypes[r.dtype] += 1;
   if (dtypes.empty())
-    return invalid_input(err, Error{"--device", fmt::format("the profile database has no rows for device '{}'", device)});
+    return invalid_input(err,
+                         Error{"--device", fmt::format("the profile database has no rows for device '{}'", device)});
   std::string dtype_name = a.dtype;
   if (dtype_name.empty())
     dtype_name = std::max_element(dtypes.begin(), dtypes.end(), [](auto& x, auto& y) { return x.second < y.second; })->first;
@@ -191,7 +193,8 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   for (const auto& s : samples) (held.contains(s.group) ? test : train).push_back(s);
 
   auto fitted = hardware::fit_constants(train);
-  if (!fitted) return invalid_input(err, Error{"--profile-db." + fitted.error().path, fitted.error().message});
+  if (!fitted)
+    return invalid_input(err, Error{"--profile-db." + fitted.error().path, fitted.error().message});
   const hardware::PerfConstants defaults;
   const auto test_before = hardware::relative_errors(test, defaults);
   const auto test_after = hardware::relative_errors(test, fitted->constants);

@@ -137,7 +137,8 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
     // A coarser offload grid: 3^4 instead of 5^4 combinations per (ZeRO, checkpointing) pair.
     o.space.weight_offload = o.space.grad_offload = o.space.opt_offload = o.space.act_offload =
         std::vector<double>{0, 0.5, 1};
-    if (a.space != "mist") return invalid_input(err, Error{"--fast", "applies to the mist space only"});
+    if (a.space != "mist")
+      return invalid_input(err, Error{"--fast", "applies to the mist space only"});
   }
   if (!a.profile_db.empty()) {
     auto table = profile::OpTable::load(a.profile_db);
