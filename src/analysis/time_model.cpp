@@ -40,7 +40,7 @@ LayerTimes layer_times(const graph::Layer& L, const sym::Bindings& at, const spe
       return hardware::collective_time(c, kind, tp, eval(cm.bytes, at), k.comm);
     };
     r.fwd_tp += comm(op.fwd_comm);
-    r.bwd_tp += comm(op.bwd_comm);
+    r.bwd_tp += comm(op.bwd_comm) + comm(op.bwd_regather);
   }
   r.params = eval(L.params(), at);
   const auto acts = graph::analyze_activations(L, {});
@@ -56,6 +56,22 @@ double overlapped(double compute, double collective, double h2d, double d2h, dou
 }
 
 }  // namespace
+
+double optimizer_step_bytes(const spec::TrainingSpec& t) {
+  const double state = optimizer_bytes_per_param(t);  // fp32 master (mixed precision) + moments
+  const double gb = spec::dtype_bytes(t.grad_dtype), wb = spec::dtype_bytes(t.precision);
+  const double main_grad = t.mixed_precision() ? 4 : gb;
+  // The update reads the states, the master weights and the gradient, and writes states and master
+  // (fp32 training: the weights are the master copy).
+  double bytes = 2 * state + main_grad + (t.mixed_precision() ? 0 : 2 * wb);
+  bytes += main_grad;  // the gradient norm for clipping (Megatron --clip-grad 1.0, DeepSpeed, torchtitan)
+  if (t.mixed_precision()) {
+    if (gb < 4) bytes += gb + 4;                         // 16-bit gradients copied into fp32 main gradients
+    if (t.precision == spec::Dtype::kFp16) bytes += 8;  // loss scaling: unscale and inf/nan check
+    bytes += 4 + wb;                                     // the updated master copied into the 16-bit weights
+  }
+  return bytes;
+}
 
 double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,
                                const std::vector<double>& drain, int64_t micro_batches, int64_t v) {
@@ -175,7 +191,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter.
   const double accum_params = l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0);
   const double accum =
-      k.perf.fused_grad_accumulation ? 0 : hardware::streaming_time(c.gpu, accum_params * 3 * gb, k.perf);
+      p.grad_accumulation_fusion ? 0 : hardware::streaming_time(c.gpu, accum_params * 3 * gb, k.perf);
   const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
   const double p2p_s = n_boundaries * v * p2p_s_;
   s.fwd = fwd;
@@ -207,11 +223,9 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
       param_gather = std::max(param_gather - fwd / v, param_gather * bucket);  // the first chunk's forward
     }
   }
-  // Adam streams fp32 master, m and v (read and write), the gradient and the new parameter.
   const double local = stage_params / (st.zero >= 1 ? dp : 1.0);
-  const double state_bytes = optimizer_bytes_per_param(t);
-  const double step_gpu = hardware::streaming_time(c.gpu, (1 - off.optimizer_states) * local *
-                                                              (2 * state_bytes + gb + wb), k.perf);
+  const double step_gpu =
+      hardware::streaming_time(c.gpu, (1 - off.optimizer_states) * local * optimizer_step_bytes(t), k.perf);
   const double step_cpu = off.optimizer_states > 0
                               ? off.optimizer_states * local / k.cpu_adam_params_per_s +
                                     hardware::host_copy_time(c, off.optimizer_states * local * (gb + wb), k.comm)

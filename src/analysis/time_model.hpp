@@ -127,6 +127,12 @@ class StageTimer {
   std::optional<Error> profile_error_;
 };
 
+// Bytes the optimizer step streams through HBM per local parameter, as mixed-precision optimizers
+// run it (Megatron's Float16Optimizer / DistributedOptimizer, DeepSpeed's, torch.amp + Adam): the
+// update, the gradient norm for clipping, and for 16-bit training the copy of 16-bit gradients
+// into fp32 main gradients, fp16's unscale and inf/nan check, and the master-to-weights copy.
+double optimizer_step_bytes(const spec::TrainingSpec& t);
+
 // The closed form above: `stable` T_i, `delta` D_i, `drain` B_i (empty: all 0, Mist's form
 // without offsets), `v` interleaved chunks per stage.
 double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,

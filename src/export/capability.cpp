@@ -233,6 +233,9 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
   if (w.p.tp > 1)
     set_flag(w, &Plan::overlap_tp_comm, false, "plan.overlap_tp_comm",
              "Megatron-DeepSpeed has no tensor-parallel communication overlap");
+  if (w.p.grad_accum_steps > 1)
+    set_flag(w, &Plan::grad_accumulation_fusion, false, "plan.grad_accumulation_fusion",
+             "DeepSpeed's engine adds each micro-batch's gradients into its accumulated ones with a separate kernel");
   drop_offload(w, &Offload::activations, "activations",
                "DeepSpeed offloads only checkpointed block inputs (activation_checkpointing.cpu_checkpointing), "
                "which mist's plan does not describe");
@@ -265,6 +268,9 @@ void torchtitan_rules(Walk& w) {
   if (params_gathered(w.p))
     set_flag(w, &Plan::overlap_param_gather, true, "plan.overlap_param_gather",
              "torchtitan's FSDP2 always prefetches parameters during forward");
+  if (w.p.grad_accum_steps > 1)
+    set_flag(w, &Plan::grad_accumulation_fusion, false, "plan.grad_accumulation_fusion",
+             "PyTorch accumulates each micro-batch's gradients with a separate add (AccumulateGrad)");
   if (w.p.pp > 1) {
     std::vector<int64_t> have;
     for (const auto& s : w.p.stages) have.push_back(s.num_layers);

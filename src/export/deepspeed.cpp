@@ -376,6 +376,7 @@ Result<ImportedJob> import_deepspeed(const Json& config, std::string_view text, 
     out.notes.push_back("without Megatron-DeepSpeed flags: data parallelism only; recompute is the model code's "
                         "choice and is taken as none");
   if (auto note = detail::ignored_note(f)) out.notes.push_back(*note);
+  p.grad_accumulation_fusion = p.grad_accum_steps == 1;  // its engine adds micro-batch gradients separately
   p = canonical(p);
   return out;
 }

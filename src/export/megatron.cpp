@@ -17,7 +17,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 48> kFlags{{
+constexpr std::array<FlagSpec, 49> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -40,6 +40,7 @@ constexpr std::array<FlagSpec, 48> kFlags{{
     {"--overlap-grad-reduce", false},
     {"--overlap-param-gather", false},
     {"--tp-comm-overlap", false},
+    {"--no-gradient-accumulation-fusion", false},
     {"--use-megatron-fsdp", false},
     {"--use-torch-fsdp2", false},
     {"--data-parallel-sharding-strategy", true},
@@ -129,6 +130,7 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   if (p.overlap_grad_reduce) add(o, "--overlap-grad-reduce");
   if (p.overlap_param_gather && p.overlap_grad_reduce && s0.zero >= 1) add(o, "--overlap-param-gather");
   if (p.overlap_tp_comm && p.tp > 1) add(o, "--tp-comm-overlap");
+  if (!p.grad_accumulation_fusion) add(o, "--no-gradient-accumulation-fusion");
   if (s0.offload.optimizer_states > 0) {
     add(o, "--optimizer-cpu-offload");
     add(o, "--use-precision-aware-optimizer");  // the hybrid CPU/GPU optimizer runs on its code path
@@ -280,6 +282,7 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
     return fail("--overlap-param-gather", "needs --overlap-grad-reduce (Megatron-LM asserts it)");
   p.overlap_tp_comm = f.has("--tp-comm-overlap");
+  p.grad_accumulation_fusion = !f.has("--no-gradient-accumulation-fusion");
   if (p.overlap_tp_comm && p.tp > 1 && !p.sequence_parallel)
     return fail("--tp-comm-overlap", "needs --sequence-parallel (Megatron-LM asserts it)");
 

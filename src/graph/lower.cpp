@@ -87,6 +87,7 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
     op.temporaries.push_back(B.tensor(name + ".gathered_input", full_in, false));
     op.fwd_comm = {CommKind::kAllGather, full_in};
     op.bwd_comm = {CommKind::kReduceScatter, full_in};
+    op.bwd_regather = {CommKind::kAllGather, full_in};
   } else {
     op.bwd_comm = {CommKind::kAllReduce, full_in};
   }

@@ -36,11 +36,6 @@ struct PerfConstants {
   // FlashAttention-3, 2024, Figs. 5-6). Blackwell is assumed the same fraction until measured.
   double flash_fwd_efficiency_sm90 = 518.0 / 989.0;
   double flash_bwd_efficiency_sm90 = 499.0 / 989.0;
-  // Whether the weight-gradient GEMM accumulates into the gradient buffer itself (Megatron-Core's
-  // --gradient-accumulation-fusion, on by default since 2022; cuBLAS beta = 1). When false, a
-  // streaming add per micro-batch (read 2, write 1 gradient) follows the backward (Megatron-LM
-  // 2021's local DDP, PyTorch DDP/AccumulateGrad). An engine behaviour, not fitted.
-  bool fused_grad_accumulation = true;
 };
 
 // Dense peak FLOP/s for matrix math in this precision (fp32 training uses the fp32 pipes: PyTorch

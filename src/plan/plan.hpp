@@ -49,6 +49,10 @@ struct Plan {
   // Tensor-parallel collectives pipelined with the GEMMs that produce/consume them (Megatron
   // --tp-comm-overlap with Transformer Engine userbuffers; needs sequence parallelism).
   bool overlap_tp_comm = false;
+  // The weight-gradient GEMM accumulates into the gradient buffer (Megatron's default
+  // --gradient-accumulation-fusion; cuBLAS beta = 1). When false each micro-batch's gradients are
+  // added by a separate kernel (Megatron-LM 2021's local DDP, PyTorch's AccumulateGrad, DeepSpeed).
+  bool grad_accumulation_fusion = true;
   std::vector<StagePlan> stages;         // pp entries, first to last
   bool operator==(const Plan&) const = default;
 };

@@ -103,5 +103,49 @@ TEST(TimeModel, TensorParallelCommunicationCanOverlap) {
   EXPECT_EQ(bad.error().path, "plan.overlap_tp_comm");
 }
 
+
+double term(const TimePrediction& r, const std::string& name) {
+  for (const auto& t : r.stages.at(0).stable_terms)
+    if (t.name == name) return t.seconds;
+  ADD_FAILURE() << "no term " << name;
+  return 0;
+}
+
+// Megatron's sequence-parallel column linear keeps only its input shard and all-gathers it again
+// in backward for the weight gradient: per block, all-reduce ≙ all-gather + reduce-scatter, so TP
+// traffic is 4 all-reduces without SP and 5 with it (the two re-gathers).
+TEST(TimeModel, SequenceParallelRegathersColumnInputsInBackward) {
+  Job s;
+  auto p = plan::uniform_plan(s.m, 2, 8, 1, 1, 128, {});
+  const double plain = term(s.run(p), "tp_communication");
+  p.sequence_parallel = true;
+  const double sp = term(s.run(p), "tp_communication");
+  ASSERT_GT(plain, 0);
+  EXPECT_NEAR(sp / plain, 1.25, 1e-9);
+}
+
+TEST(TimeModel, UnfusedGradientAccumulationAddsAPassPerMicroBatch) {
+  Job s;
+  auto p = plan::uniform_plan(s.m, 2, 8, 1, 1, 128, {});
+  const auto fused = s.run(p);
+  p.grad_accumulation_fusion = false;
+  const auto unfused = s.run(p);
+  // Read two gradients, write one, once per micro-batch (128 of them): all of it in T.
+  const double extra = unfused.iteration_time_s - fused.iteration_time_s;
+  EXPECT_GT(extra, 0);
+  EXPECT_NEAR(term(unfused, "backward") - term(fused, "backward"), extra / 128, 1e-9);
+}
+
+// The optimizer step's HBM traffic per parameter (docs/time-model.md): update 28 B (fp32 master,
+// m, v read and written, fp32 gradient read), gradient norm 4, 16-bit gradients copied to fp32
+// main gradients 6, fp16 unscale 8, master copied into the 16-bit weights 6.
+TEST(TimeModel, OptimizerStepBytesFollowTheMixedPrecisionRecipe) {
+  EXPECT_EQ(optimizer_step_bytes(training(8, 1024, spec::Dtype::kBf16, true, false)), 28 + 4 + 6);  // fp32 grads
+  const auto fp16 = training(8, 1024, spec::Dtype::kFp16, true, false, spec::Dtype::kFp16);
+  EXPECT_EQ(optimizer_step_bytes(fp16), 28 + 4 + 6 + 8 + 6);
+  const auto fp32 = training(8, 1024, spec::Dtype::kFp32, true, false);
+  EXPECT_EQ(optimizer_step_bytes(fp32), 28 + 4);  // the weights are the master copy
+}
+
 }  // namespace
 }  // namespace mist::analysis

@@ -16,6 +16,7 @@ using testing::training;
 TEST(DeepSpeed, PipelinedGpt13bWithZero1AndFullRecompute) {
   auto p = testing::plan(4, 2, {20, 20}, 2, 64, /*zero=*/1, /*ckpt=*/20);
   p.overlap_grad_reduce = p.overlap_param_gather = false;  // DeepSpeed below ZeRO-2 overlaps neither
+  p.grad_accumulation_fusion = false;                      // nor fuses gradient accumulation
   const auto t = training(512, 2048);
   auto r = export_plan(Engine::kDeepSpeed, model("gpt3-13b"), cluster(2, 8), t, p);
   ASSERT_TRUE(r && r->exported) << (r && !r->reasons.empty() ? r->reasons[0].to_string() : "");
@@ -42,6 +43,7 @@ TEST(DeepSpeed, DataParallelZero3WithParameterAndPartialOptimizerOffload) {
   auto p = testing::plan(8, 1, {32}, 4, 8, /*zero=*/3, /*ckpt=*/10);
   p.stages[0].offload.weights = 1;
   p.stages[0].offload.optimizer_states = 0.5;
+  p.grad_accumulation_fusion = false;
   const auto t = training(256, 4096, spec::Dtype::kFp16);
   auto r = export_plan(Engine::kDeepSpeed, model("llama2-7b"), cluster(1, 8), t, p, {.deepspeed_config_path = "z3.json"});
   ASSERT_TRUE(r && r->exported) << (r && !r->reasons.empty() ? r->reasons[0].to_string() : "");
@@ -85,7 +87,8 @@ TEST(DeepSpeed, RefusesWhatItCannotRun) {
   for (const auto& e : why) paths.push_back(e.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].zero", "plan.virtual_pipeline_stages", "plan.stages",
                                              "plan.stages[0].ckpt_layers", "plan.overlap_grad_reduce",
-                                             "plan.overlap_param_gather", "plan.stages[0].offload.activations"}));
+                                             "plan.overlap_param_gather", "plan.grad_accumulation_fusion",
+                                             "plan.stages[0].offload.activations"}));
   const auto n = nearest_expressible(p, Engine::kDeepSpeed, &t).plan;
   EXPECT_EQ(n.stages[0].zero, 1);
   EXPECT_EQ(n.virtual_pipeline_stages, 1);

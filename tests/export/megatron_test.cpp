@@ -254,12 +254,31 @@ TEST(Megatron, ImportsARealCommandLine) {
   EXPECT_EQ(p.stages[1].zero, 1);
   EXPECT_TRUE(p.overlap_grad_reduce);
   EXPECT_FALSE(p.overlap_param_gather);
+  EXPECT_TRUE(p.grad_accumulation_fusion);  // Megatron's default
   EXPECT_EQ(r->training.global_batch_size, 512);
   EXPECT_EQ(r->training.seq_length, 2048);
   EXPECT_EQ(r->training.precision, spec::Dtype::kBf16);
   EXPECT_EQ(r->training.dropout, true);  // Megatron's 0.1 defaults
   ASSERT_FALSE(r->notes.empty());
   EXPECT_NE(r->notes.back().find("--lr, --data-path, --split"), std::string::npos) << r->notes.back();
+}
+
+// Megatron-LM 2021 (and --no-gradient-accumulation-fusion today) adds each micro-batch's gradients
+// with a separate kernel; the plan carries it both ways.
+TEST(Megatron, UnfusedGradientAccumulationBothWays) {
+  auto p = testing::plan(2, 4, {20, 20}, 2, 128, /*zero=*/1);
+  p.grad_accumulation_fusion = false;
+  const auto got = exported(model("gpt3-13b"), cluster(2, 8), training(512, 2048), p);
+  std::string cmd;
+  int found = 0;
+  for (const auto& o : got) {
+    cmd += " " + o.name + (o.value ? " " + *o.value : "");
+    found += o.name == "--no-gradient-accumulation-fusion";
+  }
+  EXPECT_EQ(found, 1);
+  auto back = import_megatron_flags(cmd, model("gpt3-13b"), cluster(2, 8));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_FALSE(back->plan.grad_accumulation_fusion);
 }
 
 TEST(Megatron, ImportErrorsNameTheFlag) {

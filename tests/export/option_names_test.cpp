@@ -26,7 +26,7 @@ const std::set<std::string> kMegatronNames{
     "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout", "--micro-batch-size",
     "--global-batch-size", "--seq-length", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
     "--recompute-activations", "--recompute-modules", "--use-distributed-optimizer", "--overlap-grad-reduce",
-    "--overlap-param-gather", "--tp-comm-overlap", "--use-megatron-fsdp", "--use-torch-fsdp2",
+    "--overlap-param-gather", "--tp-comm-overlap", "--no-gradient-accumulation-fusion", "--use-megatron-fsdp", "--use-torch-fsdp2",
     "--data-parallel-sharding-strategy", "--ckpt-format", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
     "--optimizer-offload-fraction", "--cpu-offloading-num-layers", "--bf16", "--fp16", "--optimizer",
     "--hidden-dropout", "--attention-dropout", "--num-layers", "--hidden-size", "--ffn-hidden-size",
