@@ -40,7 +40,21 @@ LayerTimes layer_times(const graph::Layer& L, const sym::Bindings& at, const spe
       return hardware::collective_time(c, kind, tp, eval(cm.bytes, at), k.comm);
     };
     r.fwd_tp += comm(op.fwd_comm);
-    r.bwd_tp += comm(op.bwd_comm) + comm(op.bwd_regather);
+    const double grad_comm = comm(op.bwd_comm), regather = comm(op.bwd_regather);
+    r.bwd_tp += grad_comm + regather;
+    // Megatron's column-parallel linear launches its backward collectives asynchronously: the input
+    // re-gather (sequence parallelism) runs under the input-gradient GEMM, the all-reduce or
+    // reduce-scatter of the input gradient under the weight-gradient GEMM (the two GEMMs have the
+    // same FLOPs: half the backward each). A row-parallel linear's all-gather precedes both GEMMs.
+    auto hidden = [&](double gemm, double c) {
+      return std::max(gemm, c) + k.overlap_interference * std::min(gemm, c) - gemm;
+    };
+    const bool column = op.bwd_comm.kind == graph::CommKind::kAllReduce ||
+                        op.bwd_comm.kind == graph::CommKind::kReduceScatter;
+    if (op.is_gemm && column)
+      r.bwd_tp_async += hidden(t.bwd / 2, regather) + hidden(t.bwd / 2, grad_comm);
+    else
+      r.bwd_tp_async += grad_comm + regather;
   }
   r.params = eval(L.params(), at);
   const auto acts = graph::analyze_activations(L, {});
@@ -174,7 +188,8 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double fi = k.overlap_interference;
   // TP collectives are serial (Mist's assumption) unless pipelined with their GEMMs.
   const bool tp_hidden = p.overlap_tp_comm && p.tp > 1;
-  const double fwd_tp = tp_hidden ? 0 : blk.fwd_tp, bwd_tp = tp_hidden ? 0 : blk.bwd_tp;
+  const double fwd_tp = tp_hidden ? 0 : blk.fwd_tp;
+  const double bwd_tp = tp_hidden ? 0 : p.async_tp_backward ? blk.bwd_tp_async : blk.bwd_tp;
   const double fwd_tp_ov = tp_hidden ? blk.fwd_tp : 0, bwd_tp_ov = tp_hidden ? blk.bwd_tp : 0;
   const double blk_fwd = overlapped(blk.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp;
   const double recompute_full = blk.fwd + blk.fwd_tp;
@@ -184,8 +199,9 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                                        w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp;
 
   const double fwd = l * blk_fwd + (first ? emb.fwd + emb.fwd_tp : 0) + (last ? head.fwd + head.fwd_tp : 0);
-  const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? emb.bwd + emb.bwd_tp : 0) +
-                     (last ? head.bwd + head.bwd_tp : 0);
+  auto head_bwd_tp = [&](const LayerTimes& x) { return p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp; };
+  const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? emb.bwd + head_bwd_tp(emb) : 0) +
+                     (last ? head.bwd + head_bwd_tp(head) : 0);
   // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
   // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter.

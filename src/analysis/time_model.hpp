@@ -73,6 +73,9 @@ struct TimePrediction {
 struct LayerTimes {
   double fwd = 0, bwd = 0;          // compute
   double fwd_tp = 0, bwd_tp = 0;    // tensor-parallel collectives
+  // What the backward collectives add when each overlaps the GEMM it is launched against (the
+  // plan's async_tp_backward): the time beyond that GEMM plus the interference while both run.
+  double bwd_tp_async = 0;
   double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
   double params = 0;                // parameters held by one GPU
   double saved = 0;                 // activation bytes kept for backward

@@ -15,6 +15,7 @@
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
+#include "cli/fit_runs.hpp"
 #include "cli/job.hpp"
 #include "graph/lower.hpp"
 #include "hardware/fit.hpp"
@@ -30,6 +31,7 @@ struct FitArgs {
   std::string db, gpu, device, dtype = "", out;
   int test_every = 0;
   bool json = false, residuals = false;
+  FitRunsArgs runs;
 };
 
 Result<spec::GpuSpec> fit_gpu(const std::string& name_or_file) {
@@ -147,6 +149,20 @@ std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, co
 std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 
 int run_fit(const FitArgs& a, std::string& out, std::string& err) {
+  if (a.db.empty() == a.runs.runs.empty())
+    return invalid_input(err, Error{"--profile-db", "give either --profile-db (measured op times) or --runs "
+                                                    "(published iteration times), not both"});
+  if (!a.runs.runs.empty()) {
+    if (!a.gpu.empty() || !a.device.empty() || !a.dtype.empty() || a.test_every || a.residuals)
+      return invalid_input(err, Error{"--runs", "takes the GPU and precision from the runs; --gpu, --device, --dtype, "
+                                                "--test-every and --residuals belong to --profile-db"});
+    FitRunsArgs r = a.runs;
+    r.out = a.out;
+    r.json = a.json;
+    return run_fit_runs(r, out, err);
+  }
+  if (!a.runs.test_runs.empty()) return invalid_input(err, Error{"--test-runs", "needs --runs"});
+  if (a.gpu.empty()) return invalid_input(err, Error{"--gpu", "is required with --profile-db"});
   auto gpu = fit_gpu(a.gpu);
   if (!gpu) return invalid_input(err, gpu.error());
   const std::string device = a.device.empty() ? gpu->name : a.device;
@@ -260,10 +276,13 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
 
 std::vector<Command> add_fit_command(CLI::App& app) {
   auto a = std::make_shared<FitArgs>();
-  auto* sub = app.add_subcommand("fit", "fit the op-time model's efficiency constants to measured op times");
-  sub->add_option("--profile-db", a->db, "the profile database with measured op rows (docs/profile.md)")->required();
-  sub->add_option("--gpu", a->gpu, "catalog GPU name, or a GPU definition JSON file (for the CPU: its peaks)")
-      ->required();
+  auto* sub = app.add_subcommand(
+      "fit", "fit the op-time model's constants to measured op times, or its matmul efficiency to published runs");
+  sub->add_option("--profile-db", a->db, "the profile database with measured op rows (docs/profile.md)");
+  sub->add_option("--runs", a->runs.runs,
+                  "instead: published iteration times as mist jobs (data/published/*.json); fits the matmul efficiency");
+  sub->add_option("--test-runs", a->runs.test_runs, "with --runs: runs held out of the fit, scored before and after");
+  sub->add_option("--gpu", a->gpu, "with --profile-db: catalog GPU name, or a GPU definition JSON file (for the CPU: its peaks)");
   sub->add_option("--device", a->device, "the rows' device name (default: the GPU's name; 'cpu' for mist profile)");
   sub->add_option("--dtype", a->dtype, "fp32, bf16 or fp16 (default: the dtype most rows have)");
   sub->add_option("--out", a->out, "write the constants file here");

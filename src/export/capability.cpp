@@ -155,6 +155,9 @@ void megatron_rules(Walk& w, const spec::TrainingSpec* t) {
     set_flag(w, &Plan::overlap_param_gather, false, "plan.overlap_param_gather",
              "Megatron-LM overlaps the parameter all-gather only with --overlap-grad-reduce");
   drop_selective_with_full(w, "Megatron-LM recomputes selectively or fully, not both (--recompute-granularity)");
+  if (w.p.tp > 1)
+    set_flag(w, &Plan::async_tp_backward, true, "plan.async_tp_backward",
+             "Megatron-LM always launches the backward collectives of column-parallel linears asynchronously");
   const int64_t n = megatron_recompute_count(w.p);
   set_ckpt(w, megatron_ckpt_layers(w.p, n),
            fmt::format("Megatron-LM recomputes the first N blocks of every model chunk (--recompute-method block "
@@ -236,6 +239,9 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
   if (w.p.grad_accum_steps > 1)
     set_flag(w, &Plan::grad_accumulation_fusion, false, "plan.grad_accumulation_fusion",
              "DeepSpeed's engine adds each micro-batch's gradients into its accumulated ones with a separate kernel");
+  if (w.p.tp > 1)
+    set_flag(w, &Plan::async_tp_backward, false, "plan.async_tp_backward",
+             "Megatron-DeepSpeed turns the asynchronous tensor-parallel all-reduce off under --deepspeed");
   drop_offload(w, &Offload::activations, "activations",
                "DeepSpeed offloads only checkpointed block inputs (activation_checkpointing.cpu_checkpointing), "
                "which mist's plan does not describe");
@@ -271,6 +277,10 @@ void torchtitan_rules(Walk& w) {
   if (w.p.grad_accum_steps > 1)
     set_flag(w, &Plan::grad_accumulation_fusion, false, "plan.grad_accumulation_fusion",
              "PyTorch accumulates each micro-batch's gradients with a separate add (AccumulateGrad)");
+  if (w.p.tp > 1)
+    set_flag(w, &Plan::async_tp_backward, false, "plan.async_tp_backward",
+             "torchtitan's tensor-parallel backward collectives are synchronous (only async TP, overlap_tp_comm, "
+             "overlaps them)");
   if (w.p.pp > 1) {
     std::vector<int64_t> have;
     for (const auto& s : w.p.stages) have.push_back(s.num_layers);
@@ -315,6 +325,7 @@ Plan canonical(const Plan& p) {
   if (c.dp == 1 || std::all_of(c.stages.begin(), c.stages.end(), [](const auto& s) { return s.zero == 0; }))
     c.overlap_param_gather = true;
   if (c.tp == 1) c.overlap_tp_comm = false;
+  if (c.tp == 1) c.async_tp_backward = true;
   return c;
 }
 

@@ -377,6 +377,7 @@ Result<ImportedJob> import_deepspeed(const Json& config, std::string_view text, 
                         "choice and is taken as none");
   if (auto note = detail::ignored_note(f)) out.notes.push_back(*note);
   p.grad_accumulation_fusion = p.grad_accum_steps == 1;  // its engine adds micro-batch gradients separately
+  p.async_tp_backward = false;                           // Megatron-DeepSpeed turns it off under --deepspeed
   p = canonical(p);
   return out;
 }

@@ -224,6 +224,7 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   p.overlap_tp_comm = f.has("--compile.enable_async_tensor_parallel");
   if (auto note = detail::ignored_note(f)) out.notes.push_back(*note);
   p.grad_accumulation_fusion = p.grad_accum_steps == 1;  // PyTorch's AccumulateGrad adds them separately
+  p.async_tp_backward = false;                           // DTensor's backward collectives are synchronous
   p = canonical(p);
   return out;
 }

@@ -8,7 +8,6 @@ namespace {
 
 constexpr int64_t kMaxDegree = 1 << 20;
 constexpr int64_t kMaxTp = 1024;
-constexpr int64_t kMaxPp = 100000;
 constexpr int64_t kMaxBatch = 1'000'000'000;
 constexpr int64_t kMaxStageLayers = 100000;
 
@@ -84,7 +83,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "sequence_parallel", "micro_batch_size",
                                           "grad_accum_steps", "virtual_pipeline_stages", "recompute",
                                           "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
-                                          "grad_accumulation_fusion", "stages",
+                                          "grad_accumulation_fusion", "async_tp_backward", "stages",
                                           "comment"}));
   Plan p;
   MIST_TRY(p.dp, f.integer("dp", 1, kMaxDegree));
@@ -100,6 +99,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(p.overlap_param_gather, f.boolean_or("overlap_param_gather", true));
   MIST_TRY(p.overlap_tp_comm, f.boolean_or("overlap_tp_comm", false));
   MIST_TRY(p.grad_accumulation_fusion, f.boolean_or("grad_accumulation_fusion", true));
+  MIST_TRY(p.async_tp_backward, f.boolean_or("async_tp_backward", true));
   if (!f.has("stages")) return fail(f.field_path("stages"), "is required but missing (one object per pipeline stage)");
   const Json& st = f.raw("stages");
   if (!st.is_array()) return fail(f.field_path("stages"), "must be an array with one object per pipeline stage");
@@ -137,6 +137,7 @@ Json plan_to_json(const Plan& p) {
               {"overlap_param_gather", p.overlap_param_gather},
               {"overlap_tp_comm", p.overlap_tp_comm},
               {"grad_accumulation_fusion", p.grad_accumulation_fusion},
+              {"async_tp_backward", p.async_tp_backward},
               {"stages", stages}};
 }
 

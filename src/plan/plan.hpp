@@ -32,8 +32,9 @@ struct StagePlan {
 
 enum class Recompute { kNone, kSelective };  // plan-wide; per-stage full recompute is ckpt_layers
 
-// The most interleaved model chunks per stage a plan may have.
+// The most interleaved model chunks per stage, and pipeline stages, a plan may have.
 inline constexpr int64_t kMaxVirtual = 1024;
+inline constexpr int64_t kMaxPp = 100000;
 
 struct Plan {
   int64_t dp = 1, tp = 1, pp = 1;
@@ -53,6 +54,12 @@ struct Plan {
   // --gradient-accumulation-fusion; cuBLAS beta = 1). When false each micro-batch's gradients are
   // added by a separate kernel (Megatron-LM 2021's local DDP, PyTorch's AccumulateGrad, DeepSpeed).
   bool grad_accumulation_fusion = true;
+  // Backward collectives of column-parallel linears launched asynchronously, each under a GEMM of
+  // the same backward: the input re-gather (sequence parallelism) under the input-gradient GEMM,
+  // the input gradient's all-reduce / reduce-scatter under the weight-gradient GEMM (Megatron's
+  // LinearWithGradAccumulationAndAsyncCommunication, always on since late 2021). False: serial
+  // (Megatron-LM 2021, Megatron-DeepSpeed under DeepSpeed, torchtitan without async TP).
+  bool async_tp_backward = true;
   std::vector<StagePlan> stages;         // pp entries, first to last
   bool operator==(const Plan&) const = default;
 };

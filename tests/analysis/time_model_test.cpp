@@ -147,5 +147,24 @@ TEST(TimeModel, OptimizerStepBytesFollowTheMixedPrecisionRecipe) {
   EXPECT_EQ(optimizer_step_bytes(fp32), 28 + 4);  // the weights are the master copy
 }
 
+
+// Megatron's asynchronous backward collectives hide under the backward GEMMs: never more than the
+// collectives themselves, and never all of them (the two streams slow each other while both run).
+TEST(TimeModel, AsyncTensorParallelBackwardHidesCollectivesUnderGemms) {
+  Job s;
+  for (bool sp : {false, true}) {
+    auto p = plan::uniform_plan(s.m, 2, 8, 1, 1, 128, {});
+    p.sequence_parallel = sp;
+    p.async_tp_backward = false;
+    const auto serial = s.run(p);
+    p.async_tp_backward = true;
+    const auto async = s.run(p);
+    const double saved = term(serial, "backward") - term(async, "backward");
+    EXPECT_GT(saved, 0) << sp;
+    EXPECT_LT(saved, term(serial, "tp_communication")) << sp;
+    EXPECT_LT(async.iteration_time_s, serial.iteration_time_s) << sp;
+  }
+}
+
 }  // namespace
 }  // namespace mist::analysis

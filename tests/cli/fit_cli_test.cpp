@@ -126,5 +126,63 @@ TEST(FitCli, BadInputExitsNamingTheField) {
   fs::remove_all(dir);
 }
 
+
+const std::string kPublished = std::string(MIST_SOURCE_DIR) + "/data/published/";
+
+// `mist fit --runs`: the fitted efficiency reproduces the runs better than the catalog's MAMF, is
+// scored on held-out runs, and the written file changes what `mist predict` says.
+TEST(FitCli, RunsFitTheMatmulEfficiencyAndScoreHeldOutRuns) {
+  const auto dir = scratch_dir("fit-cli-runs");
+  const auto out = (dir / "a100.json").string();
+  auto r = mist({"fit", "--runs", kPublished + "korthikanti_2022_a100.json", "--test-runs",
+                 kPublished + "sc21_table1_a100.json", "--out", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("matmul_efficiency"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("held out"), std::string::npos) << r.out;
+  auto file = read_json_file(out);
+  ASSERT_TRUE(file.has_value()) << file.error().to_string();
+  const double e = (*file)["matmul_efficiency"].get<double>();
+  EXPECT_GT(e, 0.5);
+  EXPECT_LT(e, 0.87);  // below the catalog's MAMF: every run was slower than it says
+  EXPECT_LT((*file)["fit"]["held_out"]["mean_rel_error"].get<double>(),
+            (*file)["fit"]["held_out"]["mean_rel_error_defaults"].get<double>());
+
+  // The file in a cluster: a lower GEMM rate, a longer iteration.
+  const auto plain = write(dir, "cluster.json", R"({"gpu": "A100-SXM4-80GB", "nodes": 2, "gpus_per_node": 8})");
+  const auto fitted = write(dir, "fitted.json", R"({"gpu": "A100-SXM4-80GB", "nodes": 2, "gpus_per_node": 8,
+                                                   "time_constants": ")" + out + R"("})");
+  auto predict = [&](const std::string& cluster) {
+    auto p = mist({"predict", "--model", "gpt3-13b", "--cluster", cluster, "--training", kExamples + "training_gpt.json",
+                   "--plan", kExamples + "plan_gpt13b_2x8.json", "--json"});
+    EXPECT_EQ(p.code, 0) << p.err;
+    return Json::parse(p.out)["iteration_time_s"].get<double>();
+  };
+  EXPECT_GT(predict(fitted), predict(plain) * 1.03);
+  fs::remove_all(dir);
+}
+
+TEST(FitCli, RunsBadInputExitsNamingTheField) {
+  const auto dir = scratch_dir("fit-cli-runs-bad");
+  const auto k = kPublished + "korthikanti_2022_a100.json";
+  auto expect = [](const Outcome& r, const std::string& field) {
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.err.find(field), std::string::npos) << r.err;
+  };
+  expect(mist({"fit", "--runs", (dir / "missing.json").string()}), "--runs");
+  expect(mist({"fit", "--runs", write(dir, "bad.json", R"({"published_runs_version": 1, "source": "x", "runs": [{}]})")}),
+         "runs[0].name");
+  expect(mist({"fit", "--runs", k, "--profile-db", (dir / "x.db").string()}), "--profile-db");
+  expect(mist({"fit", "--runs", k, "--gpu", "A100-SXM4-80GB"}), "--runs");
+  expect(mist({"fit", "--test-runs", k, "--profile-db", (dir / "x.db").string(), "--gpu", "A100-SXM4-80GB"}),
+         "--test-runs");
+  expect(mist({"fit"}), "--profile-db");
+  // Held-out runs must be of the fitted GPU and precision.
+  auto h100 = read_json_file(k);
+  ASSERT_TRUE(h100.has_value());
+  for (auto& run : (*h100)["runs"]) run["cluster"]["gpu"] = "H100-SXM5-80GB";
+  expect(mist({"fit", "--runs", k, "--test-runs", write(dir, "h100.json", h100->dump())}), "--test-runs");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace mist::cli::testing

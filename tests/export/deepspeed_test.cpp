@@ -17,6 +17,7 @@ TEST(DeepSpeed, PipelinedGpt13bWithZero1AndFullRecompute) {
   auto p = testing::plan(4, 2, {20, 20}, 2, 64, /*zero=*/1, /*ckpt=*/20);
   p.overlap_grad_reduce = p.overlap_param_gather = false;  // DeepSpeed below ZeRO-2 overlaps neither
   p.grad_accumulation_fusion = false;                      // nor fuses gradient accumulation
+  p.async_tp_backward = false;                             // nor overlaps the TP all-reduce (--deepspeed)
   const auto t = training(512, 2048);
   auto r = export_plan(Engine::kDeepSpeed, model("gpt3-13b"), cluster(2, 8), t, p);
   ASSERT_TRUE(r && r->exported) << (r && !r->reasons.empty() ? r->reasons[0].to_string() : "");
@@ -87,7 +88,7 @@ TEST(DeepSpeed, RefusesWhatItCannotRun) {
   for (const auto& e : why) paths.push_back(e.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].zero", "plan.virtual_pipeline_stages", "plan.stages",
                                              "plan.stages[0].ckpt_layers", "plan.overlap_grad_reduce",
-                                             "plan.overlap_param_gather", "plan.grad_accumulation_fusion",
+                                             "plan.overlap_param_gather", "plan.grad_accumulation_fusion", "plan.async_tp_backward",
                                              "plan.stages[0].offload.activations"}));
   const auto n = nearest_expressible(p, Engine::kDeepSpeed, &t).plan;
   EXPECT_EQ(n.stages[0].zero, 1);

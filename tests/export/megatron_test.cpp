@@ -281,6 +281,21 @@ TEST(Megatron, UnfusedGradientAccumulationBothWays) {
   EXPECT_FALSE(back->plan.grad_accumulation_fusion);
 }
 
+// Megatron-Core always launches the backward TP collectives asynchronously: a plan without it is
+// moved to it, with the reason.
+TEST(Megatron, AsynchronousTensorParallelBackwardIsAlwaysOn) {
+  auto p = testing::plan(2, 4, {20, 20}, 2, 128, /*zero=*/1);
+  p.async_tp_backward = false;
+  std::vector<Error> why;
+  EXPECT_FALSE(expressible(p, Engine::kMegatron, &why));
+  ASSERT_EQ(why.size(), 1u);
+  EXPECT_EQ(why[0].path, "plan.async_tp_backward");
+  EXPECT_TRUE(nearest_expressible(p, Engine::kMegatron).plan.async_tp_backward);
+  p.tp = 1;  // nothing to overlap: expressible either way
+  p.dp = 8;
+  EXPECT_TRUE(expressible(p, Engine::kMegatron));
+}
+
 TEST(Megatron, ImportErrorsNameTheFlag) {
   const auto m = model("gpt3-13b");
   const auto c = cluster(2, 8);

@@ -26,6 +26,7 @@ TEST(Torchtitan, FsdpWithTensorParallelAndFullCheckpointing) {
   auto p = testing::plan(4, 2, {32}, 2, 32, /*zero=*/3, /*ckpt=*/32);
   p.sequence_parallel = true;
   p.grad_accumulation_fusion = false;  // PyTorch's AccumulateGrad
+  p.async_tp_backward = false;         // DTensor's backward collectives are synchronous
   EXPECT_EQ(lines(model("llama3-8b"), cluster(1, 8), training(256, 4096), p),
             (std::vector<std::string>{"--parallelism.data_parallel_replicate_degree 1",
                                       "--parallelism.data_parallel_shard_degree 4",
@@ -43,7 +44,7 @@ TEST(Torchtitan, FsdpWithTensorParallelAndFullCheckpointing) {
 TEST(Torchtitan, ReplicatedPipelineWithEvenAndDefaultSplits) {
   // Even 10-layer stages need both less-layers weights at 0; 10 | 11 | 10 | 9 is torchtitan's default.
   auto p = testing::plan(2, 2, {10, 10, 10, 10}, 1, 256);
-  p.grad_accumulation_fusion = false;
+  p.grad_accumulation_fusion = p.async_tp_backward = false;
   const auto m = model("gpt3-13b");
   const auto c = cluster(2, 8);
   const auto t = training(512, 2048, spec::Dtype::kFp32);
@@ -63,7 +64,7 @@ TEST(Torchtitan, ReplicatedPipelineWithEvenAndDefaultSplits) {
                                       "--training.mixed_precision_param float32",
                                       "activation-checkpoint:none"}));
   auto q = testing::plan(2, 2, {10, 11, 10, 9}, 1, 256);
-  q.grad_accumulation_fusion = false;
+  q.grad_accumulation_fusion = q.async_tp_backward = false;
   auto got = lines(m, c, t, q);
   ASSERT_GE(got.size(), 8u);
   EXPECT_EQ(got[6], "--parallelism.pipeline_parallel_first_stage_less_layers 1");
@@ -74,7 +75,7 @@ TEST(Torchtitan, InterleavedScheduleAndAsyncTensorParallel) {
   auto p = testing::plan(2, 4, {20, 20}, 2, 128, /*zero=*/2);
   p.virtual_pipeline_stages = 2;
   p.sequence_parallel = p.overlap_tp_comm = true;
-  p.grad_accumulation_fusion = false;
+  p.grad_accumulation_fusion = p.async_tp_backward = false;
   auto got = lines(model("gpt3-13b"), cluster(2, 8), training(512, 2048), p);
   EXPECT_EQ(got, (std::vector<std::string>{"--parallelism.data_parallel_replicate_degree 1",
                                            "--parallelism.data_parallel_shard_degree 2",
@@ -128,7 +129,8 @@ TEST(Torchtitan, RefusesWhatItCannotRun) {
   std::vector<std::string> paths;
   for (const auto& e : why) paths.push_back(e.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].zero", "plan.stages[0].offload.optimizer_states",
-                                             "plan.overlap_grad_reduce", "plan.grad_accumulation_fusion", "plan.recompute",
+                                             "plan.overlap_grad_reduce", "plan.grad_accumulation_fusion", "plan.async_tp_backward",
+                                             "plan.recompute",
                                              "plan.stages[0].ckpt_layers"}));
   const auto n = nearest_expressible(p, Engine::kTorchtitan, &t).plan;
   EXPECT_EQ(n.stages[0].zero, 2);

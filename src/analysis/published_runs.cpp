@@ -1,0 +1,176 @@
+#include "analysis/published_runs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace mist::analysis {
+
+namespace {
+
+// The plan's stages from "every_stage": the uniform split (earlier stages take the remainder, as
+// plan::uniform_plan), each stage a copy of every_stage; "ckpt_layers": "all" recomputes every block.
+Result<Json> with_uniform_stages(const Json& plan, const Json& every, const spec::ModelSpec& m,
+                                 const std::string& plan_path, const std::string& every_path) {
+  MIST_TRY(JsonFields pf, JsonFields::of(plan, plan_path));
+  MIST_TRY(int64_t pp, pf.integer("pp", 1, plan::kMaxPp));
+  if (pp > m.num_layers)
+    return fail(pf.field_path("pp"), fmt::format("{} stages for the model's {} layers", pp, m.num_layers));
+  MIST_TRY(JsonFields ef, JsonFields::of(every, every_path));
+  if (ef.has("num_layers")) return fail(ef.field_path("num_layers"), "is set by the uniform split; give the plan's stages instead");
+  const bool all = ef.has("ckpt_layers") && ef.raw("ckpt_layers").is_string();
+  if (all && ef.raw("ckpt_layers") != "all")
+    return fail(ef.field_path("ckpt_layers"), "must be a number of blocks or \"all\"");
+  Json out = plan;
+  out["stages"] = Json::array();
+  for (int64_t i = 0; i < pp; ++i) {
+    Json s = every;
+    s["num_layers"] = m.num_layers / pp + (i < m.num_layers % pp ? 1 : 0);
+    if (all) s["ckpt_layers"] = s["num_layers"];
+    out["stages"].push_back(s);
+  }
+  return out;
+}
+
+Result<PublishedRun> run_from_json(const Json& j, const std::string& path,
+                                   const std::map<std::string, spec::ModelSpec>& models) {
+  MIST_TRY(JsonFields f, JsonFields::of(j, path));
+  MIST_CHECK(f.reject_unknown({"name", "model", "cluster", "training", "plan", "every_stage", "iteration_time_s",
+                               "reported", "comment"}));
+  PublishedRun r;
+  MIST_TRY(r.name, f.string("name"));
+  if (!f.has("model")) return fail(f.field_path("model"), "is required but missing");
+  const Json& mj = f.raw("model");
+  if (mj.is_string()) {
+    const std::string name = mj.get<std::string>();
+    if (auto it = models.find(name); it != models.end()) {
+      r.model = it->second;
+    } else {
+      auto cat = spec::catalog_model(name);
+      if (!cat) return fail(f.field_path("model"), "'" + name + "' is neither in this file's models nor in the catalog");
+      r.model = *cat;
+    }
+  } else {
+    MIST_TRY(r.model, spec::model_from_json(mj, f.field_path("model")));
+  }
+  for (const char* key : {"cluster", "training", "plan"})
+    if (!f.has(key)) return fail(f.field_path(key), "is required but missing");
+  MIST_TRY(r.cluster, spec::cluster_from_json(f.raw("cluster"), f.field_path("cluster")));
+  MIST_TRY(r.training, spec::training_from_json(f.raw("training"), f.field_path("training")));
+  Json plan = f.raw("plan");
+  if (f.has("every_stage")) {
+    if (plan.is_object() && plan.contains("stages"))
+      return fail(f.field_path("every_stage"), "cannot be used when the plan lists its stages");
+    MIST_TRY(plan, with_uniform_stages(plan, f.raw("every_stage"), r.model, f.field_path("plan"),
+                                       f.field_path("every_stage")));
+  }
+  MIST_TRY(r.plan, plan::plan_from_json(plan, f.field_path("plan")));
+  MIST_TRY(r.iteration_time_s, f.number("iteration_time_s", 1e-9, 1e9));
+  if (auto ok = plan::validate_plan(r.plan, r.model, r.cluster, r.training); !ok)
+    return fail(path + "." + ok.error().path, ok.error().message);
+  return r;
+}
+
+}  // namespace
+
+Result<PublishedRuns> published_runs_from_json(const Json& j, const std::string& what) {
+  MIST_TRY(JsonFields f, JsonFields::of(j, what));
+  MIST_CHECK(f.reject_unknown({"published_runs_version", "source", "comment", "models", "runs"}));
+  MIST_TRY(int64_t version, f.integer("published_runs_version", 1, 1));
+  (void)version;
+  PublishedRuns out;
+  MIST_TRY(out.source, f.string("source"));
+  std::map<std::string, spec::ModelSpec> models;
+  if (f.has("models")) {
+    const Json& ms = f.raw("models");
+    if (!ms.is_object()) return fail(f.field_path("models"), "must be an object of named model forms");
+    for (const auto& [name, form] : ms.items()) {
+      MIST_TRY(auto m, spec::model_from_json(form, f.field_path("models") + "." + name));
+      models.emplace(name, m);
+    }
+  }
+  if (!f.has("runs") || !f.raw("runs").is_array() || f.raw("runs").empty())
+    return fail(f.field_path("runs"), "must be a non-empty array of runs");
+  const Json& runs = f.raw("runs");
+  for (size_t i = 0; i < runs.size(); ++i) {
+    MIST_TRY(auto r, run_from_json(runs[i], fmt::format("{}[{}]", f.field_path("runs"), i), models));
+    out.runs.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<PublishedRuns> load_published_runs(const std::string& path) {
+  return load_json_as(path, path, published_runs_from_json);
+}
+
+Result<std::vector<RunError>> run_errors(const std::vector<PublishedRun>& runs, const TimeConstants& k) {
+  std::vector<RunError> out;
+  for (const auto& r : runs) {
+    MIST_TRY(auto pred, predict_time(r.model, r.cluster, r.training, r.plan, k));
+    out.push_back({r.name, r.iteration_time_s, pred.iteration_time_s});
+  }
+  return out;
+}
+
+double mean_abs_error(const std::vector<RunError>& e) {
+  double sum = 0;
+  for (const auto& x : e) sum += std::fabs(x.error());
+  return e.empty() ? 0 : sum / static_cast<double>(e.size());
+}
+
+double max_abs_error(const std::vector<RunError>& e) {
+  double m = 0;
+  for (const auto& x : e) m = std::max(m, std::fabs(x.error()));
+  return m;
+}
+
+Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, const TimeConstants& base) {
+  if (runs.empty()) return fail("runs", "no runs to fit");
+  for (const auto& r : runs) {
+    if (r.cluster.gpu.name != runs[0].cluster.gpu.name)
+      return fail("runs", fmt::format("'{}' runs on {}, '{}' on {}: fit one GPU at a time", runs[0].name,
+                                      runs[0].cluster.gpu.name, r.name, r.cluster.gpu.name));
+    if (r.training.precision != runs[0].training.precision)
+      return fail("runs", fmt::format("'{}' and '{}' train in different precisions: fit one at a time", runs[0].name,
+                                      r.name));
+  }
+  RunsFit fit;
+  MIST_TRY(fit.before, run_errors(runs, base));
+  auto cost = [&](double e) -> Result<double> {
+    TimeConstants k = base;
+    k.perf.matmul_efficiency = e;
+    MIST_TRY(auto errs, run_errors(runs, k));
+    return mean_abs_error(errs);
+  };
+  // Scan, then golden-section search around the best point of the scan.
+  double best = 0.2, best_cost = 1e300;
+  for (double e = 0.2; e <= 1.0 + 1e-9; e += 0.1) {
+    MIST_TRY(double c, cost(e));
+    if (c < best_cost) best = e, best_cost = c;
+  }
+  double lo = std::max(0.2, best - 0.1), hi = std::min(1.0, best + 0.1);
+  const double g = (std::sqrt(5.0) - 1) / 2;
+  double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+  MIST_TRY(double c1, cost(x1));
+  MIST_TRY(double c2, cost(x2));
+  while (hi - lo > 1e-4) {
+    if (c1 <= c2) {
+      hi = x2, x2 = x1, c2 = c1;
+      x1 = hi - g * (hi - lo);
+      MIST_TRY(c1, cost(x1));
+    } else {
+      lo = x1, x1 = x2, c1 = c2;
+      x2 = lo + g * (hi - lo);
+      MIST_TRY(c2, cost(x2));
+    }
+  }
+  fit.matmul_efficiency = std::round((lo + hi) / 2 * 1e4) / 1e4;
+  TimeConstants k = base;
+  k.perf.matmul_efficiency = fit.matmul_efficiency;
+  MIST_TRY(fit.after, run_errors(runs, k));
+  return fit;
+}
+
+}  // namespace mist::analysis

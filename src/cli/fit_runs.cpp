@@ -1,0 +1,123 @@
+// `mist fit --runs`: the matmul efficiency that makes the time model reproduce published iteration
+// times of one GPU and software stack (data/published/*.json), checked on held-out runs, written as
+// the constants file a cluster's "time_constants" applies (docs/time-model.md, "Calibrating a stack").
+#include "cli/fit_runs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "analysis/published_runs.hpp"
+#include "cli/commands.hpp"
+#include "cli/job.hpp"
+#include "hardware/fit.hpp"
+#include "hardware/perf_model.hpp"
+
+namespace mist::cli {
+
+namespace {
+
+hardware::ErrorStats stats(const std::vector<analysis::RunError>& e) {
+  std::vector<double> abs;
+  for (const auto& x : e) abs.push_back(std::fabs(x.error()));
+  std::sort(abs.begin(), abs.end());
+  hardware::ErrorStats s;
+  s.rows = static_cast<int>(abs.size());
+  if (abs.empty()) return s;
+  s.median = abs.size() % 2 ? abs[abs.size() / 2] : (abs[abs.size() / 2 - 1] + abs[abs.size() / 2]) / 2;
+  s.max = abs.back();
+  s.mean = analysis::mean_abs_error(e);
+  return s;
+}
+
+std::string pct(double x) { return fmt::format("{:+.1f}%", 100 * x); }
+std::string abs_pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
+
+}  // namespace
+
+int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
+  auto runs = analysis::load_published_runs(a.runs);
+  if (!runs) return invalid_input(err, Error{"--runs: " + runs.error().path, runs.error().message});
+  const auto& gpu = runs->runs.front().cluster.gpu;
+  const spec::Dtype dtype = runs->runs.front().training.precision;
+  const std::string dtype_name = spec::to_string(dtype);
+  // Held-out runs (checked before the fit): same GPU and precision, scored with the default and
+  // the fitted constants.
+  std::vector<analysis::PublishedRun> test_runs;
+  if (!a.test_runs.empty()) {
+    auto test = analysis::load_published_runs(a.test_runs);
+    if (!test) return invalid_input(err, Error{"--test-runs: " + test.error().path, test.error().message});
+    for (const auto& r : test->runs)
+      if (r.cluster.gpu.name != gpu.name || r.training.precision != dtype)
+        return invalid_input(err, Error{"--test-runs", fmt::format("'{}' runs on {} in {}, the fit is for {} in {}", r.name,
+                                                                   r.cluster.gpu.name, spec::to_string(r.training.precision),
+                                                                   gpu.name, dtype_name)});
+    test_runs = test->runs;
+  }
+  auto fit = analysis::fit_matmul_efficiency(runs->runs);
+  if (!fit) return invalid_input(err, Error{"--runs: " + fit.error().path, fit.error().message});
+  std::vector<analysis::RunError> held_before, held_after;
+  if (!test_runs.empty()) {
+    analysis::TimeConstants k;
+    k.perf.matmul_efficiency = fit->matmul_efficiency;
+    auto before = analysis::run_errors(test_runs);
+    auto after = analysis::run_errors(test_runs, k);
+    if (!before || !after) return invalid_input(err, Error{"--test-runs", (before ? after : before).error().to_string()});
+    held_before = *before;
+    held_after = *after;
+  }
+
+  hardware::FitResult r;
+  r.constants.matmul_efficiency = fit->matmul_efficiency;
+  r.fitted_matmul = true;
+  r.before = stats(fit->before);
+  r.after = stats(fit->after);
+  char date[16];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  Json prov = {{"command", "mist fit --runs"}, {"runs", a.runs}, {"source", runs->source}, {"date", date},
+               {"mean_rel_error", r.after.mean}, {"mean_rel_error_defaults", r.before.mean}};
+  if (!held_after.empty()) {
+    const auto hb = stats(held_before), ha = stats(held_after);
+    prov["held_out"] = {{"runs", a.test_runs}, {"count", ha.rows}, {"mean_rel_error", ha.mean},
+                        {"max_rel_error", ha.max}, {"mean_rel_error_defaults", hb.mean},
+                        {"max_rel_error_defaults", hb.max}};
+  }
+  const Json constants = hardware::constants_to_json(r, gpu.name, gpu.name, dtype_name, prov);
+  if (!a.out.empty()) {
+    std::ofstream f(a.out);
+    f << constants.dump(2) << "\n";
+    if (!f) return invalid_input(err, Error{"--out", "cannot write " + a.out});
+  }
+  if (a.json) {
+    out = constants.dump(2) + "\n";
+    return kExitOk;
+  }
+  const double mamf = hardware::achievable_matmul_flops(gpu, dtype) / hardware::peak_matmul_flops(gpu, dtype);
+  out += fmt::format("matmul efficiency of {} in {} fitted to {} published runs ({})\n", gpu.name, dtype_name,
+                     fit->after.size(), a.runs);
+  out += fmt::format("  source: {}\n", runs->source);
+  out += fmt::format("  matmul_efficiency  {:.4f} of the dense peak (without it: {:.4f}, {})\n", fit->matmul_efficiency,
+                     mamf, gpu.matmul_bf16_flops > 0 ? "the catalog's MAMF" : "the default efficiency");
+  out += "run  measured_s  predicted_s (default -> fitted)  throughput error (default -> fitted)\n";
+  auto table = [&](const std::vector<analysis::RunError>& b, const std::vector<analysis::RunError>& f) {
+    for (size_t i = 0; i < b.size(); ++i)
+      out += fmt::format("  {:<14} {:>9.3f}  {:>9.3f} -> {:>9.3f}  {:>7} -> {:>7}\n", b[i].name, b[i].measured_s,
+                         b[i].predicted_s, f[i].predicted_s, pct(b[i].error()), pct(f[i].error()));
+    const auto sb = stats(b), sf = stats(f);
+    out += fmt::format("  mean |error| {} -> {}, worst {} -> {}\n", abs_pct(sb.mean), abs_pct(sf.mean), abs_pct(sb.max),
+                       abs_pct(sf.max));
+  };
+  table(fit->before, fit->after);
+  if (!held_after.empty()) {
+    out += fmt::format("held out ({}, not used by the fit):\n", a.test_runs);
+    table(held_before, held_after);
+  }
+  if (!a.out.empty()) out += fmt::format("wrote {} (a cluster's \"time_constants\" uses it)\n", a.out);
+  return kExitOk;
+}
+
+}  // namespace mist::cli
