@@ -3,7 +3,8 @@
 # SECONDS (default 45), JOBS (default 2) at a time. Any crash, sanitizer report, timeout or broken
 # invariant fails the run (exit 1) and leaves the input in build-fuzz/artifacts/<target>/.
 #   scripts/fuzz-run.sh [SECONDS] [TARGET...]     targets: model cluster training plan megatron
-#                                                 deepspeed torchtitan predict profile_csv (default: all)
+#                                                 deepspeed torchtitan predict profile_csv published_runs
+#                                                 time_constants (default: all)
 # The corpus grows in build-fuzz/corpus/<target>/ across runs; it starts from fuzz/seeds/, the
 # examples, the catalogs and fuzz/regressions/ (inputs that once failed: replayed on every run).
 # Final libFuzzer stats per target: build-fuzz/logs/<target>.log; one summary line each on stdout.
@@ -11,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-45}"
 shift || true
-all=(model cluster training plan megatron deepspeed torchtitan predict profile_csv)
+all=(model cluster training plan megatron deepspeed torchtitan predict profile_csv published_runs time_constants)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 B="${FUZZ_BUILD_DIR:-build-fuzz}"
@@ -34,6 +35,8 @@ done
 cp examples/cluster_*.json "$seeds/cluster/"
 cp examples/training_*.json "$seeds/training/"
 cp examples/plan_*.json "$seeds/plan/"
+cp data/published/*_a100.json "$seeds/published_runs/"
+cp data/published/*.time_constants.json "$seeds/time_constants/"
 if command -v jq >/dev/null; then  # every catalog entry as a model seed
   i=0
   while IFS= read -r entry; do
