@@ -199,13 +199,15 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                                        w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp;
 
   const double fwd = l * blk_fwd + (first ? emb.fwd + emb.fwd_tp : 0) + (last ? head.fwd + head.fwd_tp : 0);
-  auto head_bwd_tp = [&](const LayerTimes& x) { return p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp; };
-  const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? emb.bwd + head_bwd_tp(emb) : 0) +
-                     (last ? head.bwd + head_bwd_tp(head) : 0);
+  auto edge_bwd_tp = [&](const LayerTimes& x) { return p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp; };
+  const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? emb.bwd + edge_bwd_tp(emb) : 0) +
+                     (last ? head.bwd + edge_bwd_tp(head) : 0);
   // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
-  // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter.
-  const double accum_params = l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0);
+  // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter
+  // kept (ZeRO-2/3 reduce-scatter every micro-batch and accumulate their shard).
+  const double accum_params = (l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0)) /
+                              (st.zero >= 2 ? dp : 1.0);
   const double accum =
       p.grad_accumulation_fusion ? 0 : hardware::streaming_time(c.gpu, accum_params * 3 * gb, k.perf);
   const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);

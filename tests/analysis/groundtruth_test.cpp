@@ -9,6 +9,7 @@
 #include "analysis/memory_model.hpp"
 #include "analysis/published_runs.hpp"
 #include "analysis/time_model.hpp"
+#include "../common/sanitized.hpp"
 #include "test_jobs.hpp"
 
 namespace mist::analysis {
@@ -132,18 +133,43 @@ TEST(GroundTruth, Korthikanti2022) {
 // year of the code) by the same function `mist fit --runs` runs, and SC21 is only scored. The
 // committed constants file is what that command wrote.
 TEST(GroundTruth, Sc21HeldOutWithTheEfficiencyFittedOnKorthikanti) {
-  const auto fit = fit_matmul_efficiency(runs_of("korthikanti_2022_a100.json").runs);
-  ASSERT_TRUE(fit.has_value()) << fit.error().to_string();
-  EXPECT_LT(mean_abs_error(fit->after), mean_abs_error(fit->before));
   auto file = read_json_file(data("a100_megatron_2022.time_constants.json"));
   ASSERT_TRUE(file.has_value()) << file.error().to_string();
-  EXPECT_NEAR((*file)["matmul_efficiency"].get<double>(), fit->matmul_efficiency, 1e-3);
+  double efficiency = (*file)["matmul_efficiency"].get<double>();
+  if (!mist::testing::kSanitized) {  // the fit (about 30 predictions of 8 runs) runs in the normal build
+    const auto fit = fit_matmul_efficiency(runs_of("korthikanti_2022_a100.json").runs);
+    ASSERT_TRUE(fit.has_value()) << fit.error().to_string();
+    EXPECT_LT(mean_abs_error(fit->after), mean_abs_error(fit->before));
+    EXPECT_NEAR(efficiency, fit->matmul_efficiency, 1e-3);
+    efficiency = fit->matmul_efficiency;
+  }
   TimeConstants k;
-  k.perf.matmul_efficiency = fit->matmul_efficiency;
-  const auto errs = check("sc21_table1_a100.json", k, fmt::format("SC21 (efficiency {:.4f})", fit->matmul_efficiency));
+  k.perf.matmul_efficiency = efficiency;
+  const auto errs = check("sc21_table1_a100.json", k, fmt::format("SC21 (efficiency {:.4f})", efficiency));
   ASSERT_EQ(errs.size(), 10u);
   EXPECT_LE(mean_abs_error(errs), 0.06);
   EXPECT_LE(max_abs_error(errs), 0.12);
+}
+
+// PyTorch FSDP (ZeRO-3 over every GPU) from llm-foundry's MPT benchmark table on A100-40GB: 8 to 128
+// GPUs, 125M to 70B parameters (data/published/llm_foundry_mpt_a100_40gb_fsdp.json). Another stack:
+// no constant fitted on Megatron applies; the catalog's MAMF is used and the errors are recorded
+// (docs/time-model.md).
+TEST(GroundTruth, LlmFoundryFsdpA100) {
+  const std::string file = "llm_foundry_mpt_a100_40gb_fsdp.json";
+  // The shapes are the table's: every run's parameter count is the one it printed.
+  auto raw = read_json_file(data(file));
+  ASSERT_TRUE(raw.has_value());
+  const auto runs = runs_of(file).runs;
+  ASSERT_EQ(runs.size(), (*raw)["runs"].size());
+  for (size_t i = 0; i < runs.size(); ++i)
+    EXPECT_EQ(runs[i].model.num_parameters(), (*raw)["runs"][i]["reported"]["num_params"].get<int64_t>()) << i;
+  const auto errs = check(file, {}, "llm-foundry FSDP (catalog MAMF)");
+  ASSERT_EQ(errs.size(), 39u);
+  // 2026-11-30: MAPE 27.7%, worst 59.6% (the 1B run on 32 GPUs, whose published MFU is 10 points
+  // below its neighbours'); every run but the comm-bound 70B on 64 GPUs optimistic.
+  EXPECT_LE(mean_abs_error(errs), 0.29);
+  EXPECT_LE(max_abs_error(errs), 0.62);
 }
 
 }  // namespace

@@ -133,7 +133,17 @@ TEST(TimeModel, UnfusedGradientAccumulationAddsAPassPerMicroBatch) {
   // Read two gradients, write one, once per micro-batch (128 of them): all of it in T.
   const double extra = unfused.iteration_time_s - fused.iteration_time_s;
   EXPECT_GT(extra, 0);
-  EXPECT_NEAR(term(unfused, "backward") - term(fused, "backward"), extra / 128, 1e-9);
+  const double pass = term(unfused, "backward") - term(fused, "backward");
+  EXPECT_NEAR(pass, extra / 128, 1e-9);
+  // ZeRO-2/3 reduce-scatter every micro-batch and accumulate only their shard: 1/dp of the bytes
+  // (the kernel launch stays whole).
+  plan::StagePlan z2;
+  z2.zero = 2;
+  auto q = plan::uniform_plan(s.m, 2, 8, 1, 1, 128, z2);
+  const double fused2 = term(s.run(q), "backward");
+  q.grad_accumulation_fusion = false;
+  const double launch = hardware::PerfConstants{}.kernel_launch_s;
+  EXPECT_NEAR(term(s.run(q), "backward") - fused2 - launch, (pass - launch) / 2, 1e-9);
 }
 
 // The optimizer step's HBM traffic per parameter (docs/time-model.md): update 28 B (fp32 master,

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/sanitized.hpp"
 #include "core/json_fields.hpp"
 #include "profile/csv_rows.hpp"
 #include "profile/database.hpp"
@@ -132,6 +133,7 @@ const std::string kPublished = std::string(MIST_SOURCE_DIR) + "/data/published/"
 // `mist fit --runs`: the fitted efficiency reproduces the runs better than the catalog's MAMF, is
 // scored on held-out runs, and the written file changes what `mist predict` says.
 TEST(FitCli, RunsFitTheMatmulEfficiencyAndScoreHeldOutRuns) {
+  if (mist::testing::kSanitized) GTEST_SKIP() << "about 50 predictions of 18 runs: normal build only";
   const auto dir = scratch_dir("fit-cli-runs");
   const auto out = (dir / "a100.json").string();
   auto r = mist({"fit", "--runs", kPublished + "korthikanti_2022_a100.json", "--test-runs",

@@ -8,16 +8,11 @@
 #include "spec/model.hpp"
 #include "spec/training.hpp"
 #include "tuner/space.hpp"
+#include "../common/sanitized.hpp"
 
 namespace mist::tuner::testing {
 
-// The Debug ASan+UBSan build runs the search 5-10x slower: tests that loop over many jobs take a
-// subset there (every job still runs in the normal build).
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kSanitized = true;
-#else
-inline constexpr bool kSanitized = false;
-#endif
+using mist::testing::kSanitized;
 
 inline spec::ClusterSpec cluster(const std::string& gpu, int64_t nodes, int64_t per_node) {
   return *spec::cluster_from_json(Json{{"gpu", gpu}, {"nodes", nodes}, {"gpus_per_node", per_node}}, "cluster");
