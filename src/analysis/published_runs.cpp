@@ -19,7 +19,8 @@ Result<Json> with_uniform_stages(const Json& plan, const Json& every, const spec
   if (pp > m.num_layers)
     return fail(pf.field_path("pp"), fmt::format("{} stages for the model's {} layers", pp, m.num_layers));
   MIST_TRY(JsonFields ef, JsonFields::of(every, every_path));
-  if (ef.has("num_layers")) return fail(ef.field_path("num_layers"), "is set by the uniform split; give the plan's stages instead");
+  if (ef.has("num_layers"))
+    return fail(ef.field_path("num_layers"), "is set by the uniform split; give the plan's stages instead");
   const bool all = ef.has("ckpt_layers") && ef.raw("ckpt_layers").is_string();
   if (all && ef.raw("ckpt_layers") != "all")
     return fail(ef.field_path("ckpt_layers"), "must be a number of blocks or \"all\"");
@@ -49,7 +50,8 @@ Result<PublishedRun> run_from_json(const Json& j, const std::string& path,
       r.model = it->second;
     } else {
       auto cat = spec::catalog_model(name);
-      if (!cat) return fail(f.field_path("model"), "'" + name + "' is neither in this file's models nor in the catalog");
+      if (!cat)
+        return fail(f.field_path("model"), "'" + name + "' is neither in this file's models nor in the catalog");
       r.model = *cat;
     }
   } else {

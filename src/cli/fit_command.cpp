@@ -1,7 +1,8 @@
 // `mist fit`: least-squares fit of the op-time model's efficiency constants (matmul fraction of
 // peak, memory-bandwidth fraction, per-kernel launch cost) for one device from the measured op rows
 // of a profile database; prints them with their residuals and writes the constants file a cluster's
-// "time_constants" field applies (docs/time-model.md, "Fitting the op constants").
+// "time_constants" field applies (docs/time-model.md, "Fitting the op constants"). With --runs
+// instead, the matmul efficiency of a stack from published iteration times (cli/fit_runs.cpp).
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -150,8 +151,8 @@ std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 
 int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   if (a.db.empty() == a.runs.runs.empty())
-    return invalid_input(err, Error{"--profile-db", "give either --profile-db (measured op times) or --runs "
-                                                    "(published iteration times), not both"});
+    return invalid_input(err, Error{"--profile-db", "give one of --profile-db (measured op times) and --runs "
+                                                    "(published iteration times)"});
   if (!a.runs.runs.empty()) {
     if (!a.gpu.empty() || !a.device.empty() || !a.dtype.empty() || a.test_every || a.residuals)
       return invalid_input(err, Error{"--runs", "takes the GPU and precision from the runs; --gpu, --device, --dtype, "
@@ -280,9 +281,11 @@ std::vector<Command> add_fit_command(CLI::App& app) {
       "fit", "fit the op-time model's constants to measured op times, or its matmul efficiency to published runs");
   sub->add_option("--profile-db", a->db, "the profile database with measured op rows (docs/profile.md)");
   sub->add_option("--runs", a->runs.runs,
-                  "instead: published iteration times as mist jobs (data/published/*.json); fits the matmul efficiency");
+                  "instead: published iteration times as mist jobs (data/published/*.json); "
+                  "fits the matmul efficiency");
   sub->add_option("--test-runs", a->runs.test_runs, "with --runs: runs held out of the fit, scored before and after");
-  sub->add_option("--gpu", a->gpu, "with --profile-db: catalog GPU name, or a GPU definition JSON file (for the CPU: its peaks)");
+  sub->add_option("--gpu", a->gpu,
+                  "with --profile-db: catalog GPU name, or a GPU definition JSON file (for the CPU: its peaks)");
   sub->add_option("--device", a->device, "the rows' device name (default: the GPU's name; 'cpu' for mist profile)");
   sub->add_option("--dtype", a->dtype, "fp32, bf16 or fp16 (default: the dtype most rows have)");
   sub->add_option("--out", a->out, "write the constants file here");

@@ -51,10 +51,11 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
     auto test = analysis::load_published_runs(a.test_runs);
     if (!test) return invalid_input(err, Error{"--test-runs: " + test.error().path, test.error().message});
     for (const auto& r : test->runs)
-      if (r.cluster.gpu.name != gpu.name || r.training.precision != dtype)
-        return invalid_input(err, Error{"--test-runs", fmt::format("'{}' runs on {} in {}, the fit is for {} in {}", r.name,
-                                                                   r.cluster.gpu.name, spec::to_string(r.training.precision),
-                                                                   gpu.name, dtype_name)});
+      if (r.cluster.gpu.name != gpu.name || r.training.precision != dtype) {
+        const auto why = fmt::format("'{}' runs on {} in {}, the fit is for {} in {}", r.name, r.cluster.gpu.name,
+                                     spec::to_string(r.training.precision), gpu.name, dtype_name);
+        return invalid_input(err, Error{"--test-runs", why});
+      }
     test_runs = test->runs;
   }
   auto fit = analysis::fit_matmul_efficiency(runs->runs);
@@ -65,7 +66,8 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
     k.perf.matmul_efficiency = fit->matmul_efficiency;
     auto before = analysis::run_errors(test_runs);
     auto after = analysis::run_errors(test_runs, k);
-    if (!before || !after) return invalid_input(err, Error{"--test-runs", (before ? after : before).error().to_string()});
+    if (!before || !after)
+      return invalid_input(err, Error{"--test-runs", (before ? after : before).error().to_string()});
     held_before = *before;
     held_after = *after;
   }

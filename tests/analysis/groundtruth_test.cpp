@@ -97,14 +97,16 @@ std::vector<RunError> check(const std::string& file, const TimeConstants& k, con
   auto errs = run_errors(runs, k);
   EXPECT_TRUE(errs.has_value()) << errs.error().to_string();
   if (!errs) return {};
-  std::string table = "| " + title + " | tp | pp | dp | mb | v | published s | mist s | error |\n|---|---|---|---|---|---|---|---|---|\n";
+  std::string table = "| " + title + " | tp | pp | dp | mb | v | published s | mist s | error |\n" +
+                      "|---|---|---|---|---|---|---|---|---|\n";
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& p = runs[i].plan;
     const auto& e = (*errs)[i];
     table += fmt::format("| {} | {} | {} | {} | {} | {} | {:.3f} | {:.3f} | {:+.1f}% |\n", e.name, p.tp, p.pp, p.dp,
                          p.micro_batch_size, p.virtual_pipeline_stages, e.measured_s, e.predicted_s, 100 * e.error());
   }
-  std::cout << table << fmt::format("MAPE {:.1f}%, worst {:.1f}%\n", 100 * mean_abs_error(*errs), 100 * max_abs_error(*errs));
+  std::cout << table
+            << fmt::format("MAPE {:.1f}%, worst {:.1f}%\n", 100 * mean_abs_error(*errs), 100 * max_abs_error(*errs));
   return *errs;
 }
 

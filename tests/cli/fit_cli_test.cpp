@@ -154,8 +154,8 @@ TEST(FitCli, RunsFitTheMatmulEfficiencyAndScoreHeldOutRuns) {
   const auto fitted = write(dir, "fitted.json", R"({"gpu": "A100-SXM4-80GB", "nodes": 2, "gpus_per_node": 8,
                                                    "time_constants": ")" + out + R"("})");
   auto predict = [&](const std::string& cluster) {
-    auto p = mist({"predict", "--model", "gpt3-13b", "--cluster", cluster, "--training", kExamples + "training_gpt.json",
-                   "--plan", kExamples + "plan_gpt13b_2x8.json", "--json"});
+    auto p = mist({"predict", "--model", "gpt3-13b", "--cluster", cluster, "--training",
+                   kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json", "--json"});
     EXPECT_EQ(p.code, 0) << p.err;
     return Json::parse(p.out)["iteration_time_s"].get<double>();
   };
@@ -171,8 +171,8 @@ TEST(FitCli, RunsBadInputExitsNamingTheField) {
     EXPECT_NE(r.err.find(field), std::string::npos) << r.err;
   };
   expect(mist({"fit", "--runs", (dir / "missing.json").string()}), "--runs");
-  expect(mist({"fit", "--runs", write(dir, "bad.json", R"({"published_runs_version": 1, "source": "x", "runs": [{}]})")}),
-         "runs[0].name");
+  const auto bad = write(dir, "bad.json", R"({"published_runs_version": 1, "source": "x", "runs": [{}]})");
+  expect(mist({"fit", "--runs", bad}), "runs[0].name");
   expect(mist({"fit", "--runs", k, "--profile-db", (dir / "x.db").string()}), "--profile-db");
   expect(mist({"fit", "--runs", k, "--gpu", "A100-SXM4-80GB"}), "--runs");
   expect(mist({"fit", "--test-runs", k, "--profile-db", (dir / "x.db").string(), "--gpu", "A100-SXM4-80GB"}),

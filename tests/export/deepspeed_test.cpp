@@ -88,7 +88,8 @@ TEST(DeepSpeed, RefusesWhatItCannotRun) {
   for (const auto& e : why) paths.push_back(e.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].zero", "plan.virtual_pipeline_stages", "plan.stages",
                                              "plan.stages[0].ckpt_layers", "plan.overlap_grad_reduce",
-                                             "plan.overlap_param_gather", "plan.grad_accumulation_fusion", "plan.async_tp_backward",
+                                             "plan.overlap_param_gather", "plan.grad_accumulation_fusion",
+                                             "plan.async_tp_backward",
                                              "plan.stages[0].offload.activations"}));
   const auto n = nearest_expressible(p, Engine::kDeepSpeed, &t).plan;
   EXPECT_EQ(n.stages[0].zero, 1);

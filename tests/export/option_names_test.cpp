@@ -26,13 +26,13 @@ const std::set<std::string> kMegatronNames{
     "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout", "--micro-batch-size",
     "--global-batch-size", "--seq-length", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
     "--recompute-activations", "--recompute-modules", "--use-distributed-optimizer", "--overlap-grad-reduce",
-    "--overlap-param-gather", "--tp-comm-overlap", "--no-gradient-accumulation-fusion", "--use-megatron-fsdp", "--use-torch-fsdp2",
-    "--data-parallel-sharding-strategy", "--ckpt-format", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
-    "--optimizer-offload-fraction", "--cpu-offloading-num-layers", "--bf16", "--fp16", "--optimizer",
-    "--hidden-dropout", "--attention-dropout", "--num-layers", "--hidden-size", "--ffn-hidden-size",
-    "--num-attention-heads", "--group-query-attention", "--num-query-groups", "--max-position-embeddings",
-    "--normalization", "--swiglu", "--position-embedding-type", "--untie-embeddings-and-output-weights",
-    "--disable-bias-linear", "--add-qkv-bias"};
+    "--overlap-param-gather", "--tp-comm-overlap", "--no-gradient-accumulation-fusion", "--use-megatron-fsdp",
+    "--use-torch-fsdp2", "--data-parallel-sharding-strategy", "--ckpt-format", "--optimizer-cpu-offload",
+    "--use-precision-aware-optimizer", "--optimizer-offload-fraction", "--cpu-offloading-num-layers", "--bf16",
+    "--fp16", "--optimizer", "--hidden-dropout", "--attention-dropout", "--num-layers", "--hidden-size",
+    "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention", "--num-query-groups",
+    "--max-position-embeddings", "--normalization", "--swiglu", "--position-embedding-type",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias"};
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.

@@ -129,8 +129,8 @@ TEST(Torchtitan, RefusesWhatItCannotRun) {
   std::vector<std::string> paths;
   for (const auto& e : why) paths.push_back(e.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].zero", "plan.stages[0].offload.optimizer_states",
-                                             "plan.overlap_grad_reduce", "plan.grad_accumulation_fusion", "plan.async_tp_backward",
-                                             "plan.recompute",
+                                             "plan.overlap_grad_reduce", "plan.grad_accumulation_fusion",
+                                             "plan.async_tp_backward", "plan.recompute",
                                              "plan.stages[0].ckpt_layers"}));
   const auto n = nearest_expressible(p, Engine::kTorchtitan, &t).plan;
   EXPECT_EQ(n.stages[0].zero, 2);
