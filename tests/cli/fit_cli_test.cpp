@@ -157,9 +157,15 @@ TEST(FitCli, RunsFitTheMatmulEfficiencyAndScoreHeldOutRuns) {
     auto p = mist({"predict", "--model", "gpt3-13b", "--cluster", cluster, "--training",
                    kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json", "--json"});
     EXPECT_EQ(p.code, 0) << p.err;
-    return Json::parse(p.out)["iteration_time_s"].get<double>();
+    return Json::parse(p.out);
   };
-  EXPECT_GT(predict(fitted), predict(plain) * 1.03);
+  const Json a = predict(plain), b = predict(fitted);
+  EXPECT_GT(b["iteration_time_s"].get<double>(), a["iteration_time_s"].get<double>() * 1.03);
+  // The prediction says which GEMM rate it used.
+  EXPECT_NEAR(a["matmul_tflops"].get<double>(), 271.2, 0.05);  // the catalog's MAMF
+  EXPECT_NE(a["matmul_rate_source"].get<std::string>().find("MAMF"), std::string::npos);
+  EXPECT_NEAR(b["matmul_tflops"].get<double>(), 312 * e, 1e-6);
+  EXPECT_NE(b["matmul_rate_source"].get<std::string>().find("time_constants"), std::string::npos);
   fs::remove_all(dir);
 }
 
