@@ -3,7 +3,6 @@
 // the constants file a cluster's "time_constants" applies (docs/time-model.md, "Calibrating a stack").
 #include "cli/fit_runs.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -23,14 +22,7 @@ namespace {
 hardware::ErrorStats stats(const std::vector<analysis::RunError>& e) {
   std::vector<double> abs;
   for (const auto& x : e) abs.push_back(std::fabs(x.error()));
-  std::sort(abs.begin(), abs.end());
-  hardware::ErrorStats s;
-  s.rows = static_cast<int>(abs.size());
-  if (abs.empty()) return s;
-  s.median = abs.size() % 2 ? abs[abs.size() / 2] : (abs[abs.size() / 2 - 1] + abs[abs.size() / 2]) / 2;
-  s.max = abs.back();
-  s.mean = analysis::mean_abs_error(e);
-  return s;
+  return hardware::error_stats(std::move(abs));
 }
 
 std::string pct(double x) { return fmt::format("{:+.1f}%", 100 * x); }

@@ -47,9 +47,13 @@ double predict(const FitSample& s, const PerfConstants& c) {
 }
 
 ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfConstants& c) {
-  ErrorStats r;
   std::vector<double> e;
   for (const auto& s : samples) e.push_back(std::fabs(predict(s, c) - s.seconds) / s.seconds);
+  return error_stats(std::move(e));
+}
+
+ErrorStats error_stats(std::vector<double> e) {
+  ErrorStats r;
   r.rows = static_cast<int>(e.size());
   if (e.empty()) return r;
   std::sort(e.begin(), e.end());

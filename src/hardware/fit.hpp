@@ -48,6 +48,8 @@ struct ErrorStats {
   double median = 0, max = 0, mean = 0;  // |predicted − measured| / measured
 };
 ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfConstants& c);
+// Rows, median, max and mean of relative errors given as |error| (`mist fit --runs` too).
+ErrorStats error_stats(std::vector<double> abs_errors);
 
 struct FitResult {
   PerfConstants constants;        // base with the fitted fields replaced
