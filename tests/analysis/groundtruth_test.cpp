@@ -10,7 +10,6 @@
 #include "analysis/published_runs.hpp"
 #include "analysis/time_model.hpp"
 #include "../common/sanitized.hpp"
-#include "test_jobs.hpp"
 
 namespace mist::analysis {
 namespace {
@@ -34,24 +33,6 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
     rows.push_back(row);
   }
   return rows;
-}
-
-using mist::testing::gpt;
-
-struct Row {
-  std::string name;
-  double published, predicted;
-};
-
-double mape(const std::vector<Row>& rows, double* worst) {
-  double sum = 0;
-  *worst = 0;
-  for (const auto& r : rows) {
-    const double e = std::fabs(r.predicted - r.published) / r.published;
-    sum += e;
-    *worst = std::max(*worst, e);
-  }
-  return sum / rows.size();
 }
 
 std::string data(const std::string& file) { return std::string(MIST_SOURCE_DIR) + "/data/published/" + file; }
@@ -180,63 +161,88 @@ TEST(GroundTruth, LlmFoundryFsdpA100) {
 namespace mist::analysis {
 namespace {
 
-// Megatron-Core r0.8.0 on H100 (README scaling table): bf16, seq 4096, vocab 131072, DP/TP/PP
-// communication overlap. Unstated settings assumed (docs/time-model.md): micro-batch 1, no
-// recomputation, sequence parallelism with TP, flash attention, distributed optimizer (ZeRO-1).
-TEST(GroundTruth, MegatronCoreH100) {
+// The Megatron-Core r0.8 runs file holds each row of the README's table as a mist job (assumptions
+// for what the table omits in the file's comment): same shapes, parallelism and batch, an
+// iteration time that converts back to the published TFLOP/s with Megatron's FLOP count, and a
+// plan without recomputation that mist's memory model fits in 80 GB.
+TEST(GroundTruth, MegatronCoreRunsMatchTheTable) {
   const auto rows = read_csv(std::string(MIST_TEST_DATA_DIR) + "/groundtruth/megatron_core_h100.csv");
+  const auto runs = runs_of("megatron_core_r0.8_h100.json").runs;
   ASSERT_EQ(rows.size(), 9u);
-  std::vector<Row> results;
-  std::string table =
-      "| model | tp | pp | dp | recompute | published TFLOP/s | mist | error | MFU |\n|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& r : rows) {
-    const int64_t L = std::stoll(r.at("layers")), h = std::stoll(r.at("hidden")), a = std::stoll(r.at("heads"));
-    const int64_t tp = std::stoll(r.at("tp")), pp = std::stoll(r.at("pp")), dp = std::stoll(r.at("dp"));
-    const int64_t gpus = std::stoll(r.at("gpus")), B = std::stoll(r.at("global_batch"));
-    const int64_t s = 4096, V = 131072;
-    auto m = gpt(L, h, a, V, s);
-    spec::ClusterSpec c = *spec::cluster_from_json(
-        Json{{"gpu", "H100-SXM5-80GB"}, {"nodes", gpus / 8}, {"gpus_per_node", 8}}, "cluster");
-    spec::TrainingSpec t;
-    t.global_batch_size = B;
-    t.seq_length = s;
-    t.precision = spec::Dtype::kBf16;
-    t.grad_dtype = spec::Dtype::kFp32;
-    t.flash_attention = true;
-    t.dropout = false;
-    plan::StagePlan st;
-    st.zero = 1;
-    auto p = plan::uniform_plan(m, dp, tp, pp, 1, B / dp, st);
-    p.sequence_parallel = tp > 1;
-    p.overlap_tp_comm = tp > 1;  // --tp-comm-overlap
-    // The least recomputation that fits in memory: none, selective, then full on every layer.
-    std::string recompute = "none";
-    for (int level = 0; level < 3; ++level) {
-      p.recompute = level == 1 ? plan::Recompute::kSelective : plan::Recompute::kNone;
-      for (auto& x : p.stages) x.ckpt_layers = level == 2 ? x.num_layers : 0;
-      recompute = level == 0 ? "none" : level == 1 ? "selective" : "full";
-      auto mem = predict_memory(m, c, t, p);
-      ASSERT_TRUE(mem.has_value()) << mem.error().to_string();
-      if (mem->fits) break;
-    }
-    auto pred = predict_time(m, c, t, p);
-    ASSERT_TRUE(pred.has_value()) << pred.error().to_string();
-    // The table's TFLOP/s count the model FLOPs without recomputation (Megatron's formula:
-    // 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) for GPT with a 4h MLP).
+  ASSERT_EQ(runs.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const auto& run = runs[i];
+    const int64_t L = std::stoll(r.at("layers")), h = std::stoll(r.at("hidden")), B = std::stoll(r.at("global_batch"));
+    EXPECT_EQ(run.model.num_layers, L);
+    EXPECT_EQ(run.model.hidden_size, h);
+    EXPECT_EQ(run.model.num_heads, std::stoll(r.at("heads")));
+    EXPECT_EQ(run.plan.tp, std::stoll(r.at("tp")));
+    EXPECT_EQ(run.plan.pp, std::stoll(r.at("pp")));
+    EXPECT_EQ(run.plan.dp, std::stoll(r.at("dp")));
+    EXPECT_EQ(run.training.global_batch_size, B);
+    EXPECT_EQ(run.cluster.num_gpus(), std::stoll(r.at("gpus")));
+    const double s = 4096, V = 131072;
     const double flops = 72.0 * B * s * L * double(h) * h * (1 + s / (6.0 * h) + V / (12.0 * L * h));
-    const double tflops = flops / pred->iteration_time_s / gpus / 1e12;
-    const double published = std::stod(r.at("tflops_per_gpu"));
-    results.push_back({r.at("model"), published, tflops});
-    table += fmt::format("| {} | {} | {} | {} | {} | {} | {:.1f} | {:+.1f}% | {:.1f}% |\n", r.at("model"), tp, pp, dp,
-                         recompute, published, tflops, 100 * (tflops - published) / published, 100 * pred->mfu);
+    EXPECT_NEAR(flops / run.iteration_time_s / run.cluster.num_gpus() / 1e12, std::stod(r.at("tflops_per_gpu")), 1e-3);
+    for (const auto& st : run.plan.stages) EXPECT_EQ(st.ckpt_layers, 0);
+    auto mem = predict_memory(run.model, run.cluster, run.training, run.plan);
+    ASSERT_TRUE(mem.has_value()) << mem.error().to_string();
+    EXPECT_TRUE(mem->fits) << run.name;
   }
-  double worst = 0;
-  const double err = mape(results, &worst);
-  std::cout << table << fmt::format("MAPE {:.1f}%, worst {:.1f}%\n", 100 * err, 100 * worst);
-  // Issue 3's target is MAPE <= 10%; today's accuracy (12.0% / 18.0%, 2026-11-30) is guarded
-  // here (docs/time-model.md).
-  EXPECT_LE(err, 0.125);
-  EXPECT_LE(worst, 0.185);
+}
+
+// Megatron-Core r0.8.0 on H100 with the catalog's MAMF: every run optimistic, like every other
+// source before its stack's calibration.
+TEST(GroundTruth, MegatronCoreH100) {
+  const auto errs = check("megatron_core_r0.8_h100.json", {}, "Megatron-Core H100 (catalog MAMF)");
+  ASSERT_EQ(errs.size(), 9u);
+  EXPECT_LE(mean_abs_error(errs), 0.18);  // 17.6% / 25.0% (2026-11-30)
+  EXPECT_LE(max_abs_error(errs), 0.255);
+}
+
+// NVIDIA's DGX Cloud recipes (NeMo 24.09-24.11, Megatron-Core with Transformer Engine, bf16 on
+// H100): the transcription reproduces each README's MFU from its step time and its own FLOP count,
+// and the Nemotron-4 shapes have the parameter counts of their technical reports.
+TEST(GroundTruth, NemoH100RunsMatchTheReadmes) {
+  auto raw = read_json_file(data("nemo_h100_bf16_dgxc.json"));
+  ASSERT_TRUE(raw.has_value());
+  const auto runs = runs_of("nemo_h100_bf16_dgxc.json").runs;
+  ASSERT_EQ(runs.size(), 18u);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& rep = (*raw)["runs"][i]["reported"];
+    const double mfu = runs[i].training.global_batch_size * rep["model_flops_per_sample"].get<double>() /
+                       runs[i].iteration_time_s / runs[i].cluster.num_gpus() / 989e12;
+    EXPECT_NEAR(100 * mfu, rep["mfu_pct"].get<double>(), 0.05) << runs[i].name;
+  }
+  auto non_embedding = [](const spec::ModelSpec& m) { return double(m.num_layers) * m.block_parameters(); };
+  EXPECT_NEAR(non_embedding(runs[5].model) / 12.5e9, 1.0, 0.005);    // Nemotron-4 15B: 12.5 B
+  EXPECT_NEAR(non_embedding(runs[13].model) / 331.6e9, 1.0, 0.005);  // Nemotron-4 340B: 331.6 B
+}
+
+// Issue 3's H100 target (within 10%), held out: the H100 bf16 matmul efficiency of the
+// Megatron-Core stack is fitted on NVIDIA's NeMo recipes (three models, 16-2048 GPUs, every
+// setting stated) by the function `mist fit --runs` runs, and the Megatron-Core README's table is
+// only scored. The committed constants file is what that command wrote.
+TEST(GroundTruth, MegatronCoreH100HeldOutWithTheEfficiencyFittedOnNemo) {
+  auto file = read_json_file(data("h100_megatron_core_2024.time_constants.json"));
+  ASSERT_TRUE(file.has_value()) << file.error().to_string();
+  double efficiency = (*file)["matmul_efficiency"].get<double>();
+  if (!mist::testing::kSanitized) {  // the fit (about 30 predictions of 18 runs) runs in the normal build
+    const auto fit = fit_matmul_efficiency(runs_of("nemo_h100_bf16_dgxc.json").runs);
+    ASSERT_TRUE(fit.has_value()) << fit.error().to_string();
+    EXPECT_LE(mean_abs_error(fit->after), 0.035);  // 2.9% / 5.5% (2026-11-30), from 23.4% / 29.7%
+    EXPECT_LE(max_abs_error(fit->after), 0.06);
+    EXPECT_NEAR(efficiency, fit->matmul_efficiency, 1e-3);
+    efficiency = fit->matmul_efficiency;
+  }
+  TimeConstants k;
+  k.perf.matmul_efficiency = efficiency;
+  const auto errs =
+      check("megatron_core_r0.8_h100.json", k, fmt::format("Megatron-Core H100 (efficiency {:.4f})", efficiency));
+  ASSERT_EQ(errs.size(), 9u);
+  EXPECT_LE(mean_abs_error(errs), 0.05);  // 4.7% (2026-11-30)
+  EXPECT_LE(max_abs_error(errs), 0.13);   // 12.5%: the 1.7B run, the smallest GEMMs (h = 2048), optimistic
 }
 
 }  // namespace
