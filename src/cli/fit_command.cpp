@@ -16,6 +16,7 @@
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
+#include "cli/fit_gemm_table.hpp"
 #include "cli/fit_runs.hpp"
 #include "cli/job.hpp"
 #include "graph/lower.hpp"
@@ -33,6 +34,7 @@ struct FitArgs {
   int test_every = 0;
   bool json = false, residuals = false;
   FitRunsArgs runs;
+  std::string gemm_table;
 };
 
 Result<spec::GpuSpec> fit_gpu(const std::string& name_or_file) {
@@ -150,6 +152,12 @@ std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, co
 std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 
 int run_fit(const FitArgs& a, std::string& out, std::string& err) {
+  if (!a.gemm_table.empty()) {
+    if (!a.db.empty() || !a.runs.runs.empty() || !a.runs.test_runs.empty() || !a.device.empty() || a.test_every ||
+        a.residuals)
+      return invalid_input(err, Error{"--gemm-table", "takes --gpu, --dtype, --out and --json only"});
+    return run_fit_gemm_table({a.gemm_table, a.gpu, a.dtype, a.out, a.json}, out, err);
+  }
   if (a.db.empty() == a.runs.runs.empty())
     return invalid_input(err, Error{"--profile-db", "give one of --profile-db (measured op times) and --runs "
                                                     "(published iteration times)"});
@@ -284,8 +292,12 @@ std::vector<Command> add_fit_command(CLI::App& app) {
                   "instead: published iteration times as mist jobs (data/published/*.json); "
                   "fits the matmul efficiency");
   sub->add_option("--test-runs", a->runs.test_runs, "with --runs: runs held out of the fit, scored before and after");
+  sub->add_option("--gemm-table", a->gemm_table,
+                  "instead: measured GEMMs (CSV: b,m,n,k and seconds or flops_per_s); fits the GEMM model's "
+                  "tile cost in k, rate and launch cost");
   sub->add_option("--gpu", a->gpu,
-                  "with --profile-db: catalog GPU name, or a GPU definition JSON file (for the CPU: its peaks)");
+                  "with --profile-db or --gemm-table: catalog GPU name, or a GPU definition JSON file "
+                  "(for the CPU: its peaks)");
   sub->add_option("--device", a->device, "the rows' device name (default: the GPU's name; 'cpu' for mist profile)");
   sub->add_option("--dtype", a->dtype, "fp32, bf16 or fp16 (default: the dtype most rows have)");
   sub->add_option("--out", a->out, "write the constants file here");

@@ -170,7 +170,7 @@ std::string prediction_text(const Job& job, const Prediction& pred) {
   const auto rate = matmul_rate(job);
   out += fmt::format("GEMMs at {:.0f} TFLOP/s: {}", rate.flops / 1e12, rate.source);
   out += rate.calibrated ? "\n"
-                         : "; with it the model was on average 12-28% optimistic against published runs\n"
+                         : "; with it the model was on average 8-23% optimistic against published runs\n"
                            "(docs/time-model.md): a cluster's \"time_constants\" from `mist fit` calibrates it\n"
                            "(data/published/ holds the fits for Megatron stacks on A100 in fp16, H100 in bf16)\n";
   return out;

@@ -18,8 +18,10 @@ void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch,
   // Bound by whichever the default constants say (gemm_time's max), so the model stays linear.
   if (bytes / (g.mem_bw * base.hbm_efficiency) > work / achievable_matmul_flops(g, d, base))
     s.stream_s_at_peak += bytes / g.mem_bw;
-  else
+  else {
     s.gemm_s_at_peak += work / peak;
+    s.gemm_k_s_at_peak += work / (k * peak);
+  }
   s.kernels += 1;
 }
 
@@ -40,7 +42,8 @@ void add_flash(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double flops
 double predict(const FitSample& s, const PerfConstants& c) {
   // The catalog's MAMF (or the default efficiency) when no fitted matmul efficiency is set.
   const double e_mm = c.matmul_efficiency > 0 ? c.matmul_efficiency : c.default_matmul_efficiency;
-  return s.gemm_s_at_peak / e_mm + s.stream_s_at_peak / c.hbm_efficiency + s.kernels * c.kernel_launch_s +
+  return (s.gemm_s_at_peak + c.gemm_k_overhead * s.gemm_k_s_at_peak) / e_mm +
+         s.stream_s_at_peak / c.hbm_efficiency + s.kernels * c.kernel_launch_s +
          (c.vector_flops > 0 ? s.vector_flops / c.vector_flops : 0) +
          s.flash_fwd_s_at_peak / (s.hopper ? c.flash_fwd_efficiency_sm90 : c.flash_fwd_efficiency) +
          s.flash_bwd_s_at_peak / (s.hopper ? c.flash_bwd_efficiency_sm90 : c.flash_bwd_efficiency);
@@ -67,14 +70,15 @@ namespace {
 
 // Weighted least squares over the columns in `use`: minimises Σ ((x·f_i − t_i) / t_i)².
 // Returns false when the normal equations are singular.
-constexpr int kUnknowns = 6;  // 1/e_mm, 1/e_hbm, launch, 1/vector_flops, 1/e_fa_fwd, 1/e_fa_bwd
+constexpr int kUnknowns = 7;  // 1/e_mm, 1/e_hbm, launch, 1/vector_flops, 1/e_fa_fwd, 1/e_fa_bwd, k0/e_mm
 
-std::array<double, kUnknowns> features(const FitSample& s) {
-  return {s.gemm_s_at_peak, s.stream_s_at_peak, s.kernels, s.vector_flops, s.flash_fwd_s_at_peak,
-          s.flash_bwd_s_at_peak};
+// `k0`: the tiles' fixed cost folded into the GEMM column when it is not an unknown (else 0).
+std::array<double, kUnknowns> features(const FitSample& s, double k0) {
+  return {s.gemm_s_at_peak + k0 * s.gemm_k_s_at_peak, s.stream_s_at_peak, s.kernels, s.vector_flops,
+          s.flash_fwd_s_at_peak, s.flash_bwd_s_at_peak, s.gemm_k_s_at_peak};
 }
 
-bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknowns>& use,
+bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknowns>& use, double k0,
            std::array<double, kUnknowns>& x) {
   std::array<int, kUnknowns> col{};
   int n = 0;
@@ -83,7 +87,7 @@ bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknow
   if (n == 0) return false;
   double A[kUnknowns][kUnknowns + 1] = {};
   for (const auto& s : samples) {
-    std::array<double, kUnknowns> f = features(s);
+    std::array<double, kUnknowns> f = features(s, k0);
     for (double& v : f) v /= s.seconds;
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) A[a][b] += f[col[a]] * f[col[b]];
@@ -110,7 +114,8 @@ bool solve(const std::vector<FitSample>& samples, const std::array<bool, kUnknow
 
 }  // namespace
 
-Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base) {
+Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base,
+                                bool fit_k_overhead) {
   if (samples.empty()) return fail("rows", "no measured op rows to fit (an empty profile, or none for this device and dtype)");
   bool gemm = false, stream = false, vector = false, fa_fwd = false, fa_bwd = false;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -125,12 +130,14 @@ Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const Per
   }
   if (!gemm) return fail("rows", "no GEMM rows (linear or bmm ops) to fit the matmul efficiency from");
   // The elementwise-math term only where the base does not already fix it.
-  std::array<bool, kUnknowns> use = {true, stream, true, vector, fa_fwd, fa_bwd};
+  std::array<bool, kUnknowns> use = {true, stream, true, vector, fa_fwd, fa_bwd, fit_k_overhead};
   std::array<double, kUnknowns> x{};
+  // Asked for, the tiles' cost is an unknown (or, dropped as non-positive, zero); else the base's.
+  auto k0 = [&] { return fit_k_overhead ? 0.0 : base.gemm_k_overhead; };
   // Drop a column whose coefficient comes out non-positive (a launch cost or an elementwise rate
   // the rows cannot see) and fit the rest again; base keeps that constant.
   for (int attempt = 0; attempt <= kUnknowns; ++attempt) {
-    if (!solve(samples, use, x)) {
+    if (!solve(samples, use, k0(), x)) {
       if (use[3] || use[2]) {  // drop the elementwise rate, then the launch cost
         use[use[3] ? 3 : 2] = false;
         continue;
@@ -140,7 +147,7 @@ Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const Per
     // A term that explains under a millionth of any row is noise, not a constant.
     auto negligible = [&](int j) {
       double most = 0;
-      for (const auto& s : samples) most = std::max(most, x[j] * features(s)[j] / s.seconds);
+      for (const auto& s : samples) most = std::max(most, x[j] * features(s, k0())[j] / s.seconds);
       return most < 1e-6;
     };
     bool again = false;
@@ -178,6 +185,13 @@ Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const Per
     r.constants.flash_bwd_efficiency = r.constants.flash_bwd_efficiency_sm90 = 1 / x[5];
     r.fitted_flash_bwd = true;
   }
+  if (use[6] && x[6] > 0) {
+    r.constants.gemm_k_overhead = x[6] / x[0];
+    r.fitted_k_overhead = true;
+  } else if (fit_k_overhead) {
+    r.constants.gemm_k_overhead = 0;  // asked for and not seen in the rows: no fixed tile cost
+    r.fitted_k_overhead = true;
+  }
   r.before = relative_errors(samples, base);
   r.after = relative_errors(samples, r.constants);
   return r;
@@ -192,6 +206,7 @@ Json constants_to_json(const FitResult& r, const std::string& gpu, const std::st
   if (r.fitted_vector) j["vector_TFLOPS"] = r.constants.vector_flops / 1e12;
   if (r.fitted_flash_fwd) j["flash_fwd_efficiency"] = r.constants.flash_fwd_efficiency;
   if (r.fitted_flash_bwd) j["flash_bwd_efficiency"] = r.constants.flash_bwd_efficiency;
+  if (r.fitted_k_overhead) j["gemm_k_overhead"] = r.constants.gemm_k_overhead;
   Json fit = provenance;
   fit["rows"] = r.after.rows;
   fit["median_rel_error"] = r.after.median;
@@ -206,7 +221,7 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   MIST_TRY(JsonFields f, JsonFields::of(j, path));
   MIST_CHECK(f.reject_unknown({"time_constants_version", "gpu", "device", "dtype", "matmul_efficiency",
                                "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "flash_fwd_efficiency",
-                               "flash_bwd_efficiency", "fit"}));
+                               "flash_bwd_efficiency", "gemm_k_overhead", "fit"}));
   MIST_TRY(int64_t version, f.integer("time_constants_version", 1, 1));
   (void)version;
   MIST_TRY(std::string for_gpu, f.string("gpu"));
@@ -221,12 +236,14 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   MIST_TRY(auto vector, f.optional_number("vector_TFLOPS", 1e-9, 1e6));
   MIST_TRY(auto fa_fwd, f.optional_number("flash_fwd_efficiency", 1e-4, 50));
   MIST_TRY(auto fa_bwd, f.optional_number("flash_bwd_efficiency", 1e-4, 50));
+  MIST_TRY(auto k_overhead, f.optional_number("gemm_k_overhead", 0, 1e5));
   if (mm) out.matmul_efficiency = *mm;
   if (hbm) out.hbm_efficiency = *hbm;
   if (launch) out.kernel_launch_s = *launch;
   if (vector) out.vector_flops = *vector * 1e12;
   if (fa_fwd) out.flash_fwd_efficiency = out.flash_fwd_efficiency_sm90 = *fa_fwd;
   if (fa_bwd) out.flash_bwd_efficiency = out.flash_bwd_efficiency_sm90 = *fa_bwd;
+  if (k_overhead) out.gemm_k_overhead = *k_overhead;
   c = out;
   return {};
 }

@@ -3,11 +3,13 @@
 // linear in three unknowns once the op's shape is known:
 //   t = W / (e_mm · peak) + B / (e_hbm · mem_bw) + n · launch + F / vector_flops
 //       + A_fwd / (e_fa_fwd · peak) + A_bwd / (e_fa_bwd · peak)
-// with W the GEMM work in whole tiles and waves (hardware::gemm_effective_flops), B the bytes a
+// with W the GEMM work in whole tiles and waves (hardware::gemm_effective_flops) times
+// (1 + gemm_k_overhead / k), B the bytes a
 // memory-bound op streams, n its kernel launches, F its elementwise FLOPs and A the FLOPs of flash
-// attention (forward or backward). The fit solves for the six reciprocals
-// minimising the squared relative error over the measured rows, and writes a constants file that a
-// cluster's "time_constants" field applies.
+// attention (forward or backward). The fit solves for the six reciprocals (and, when asked,
+// gemm_k_overhead / e_mm: the work is linear in the tiles' fixed cost too) minimising the squared
+// relative error over the measured rows, and writes a constants file that a cluster's
+// "time_constants" field applies.
 #pragma once
 
 #include <string>
@@ -25,6 +27,7 @@ struct FitSample {
   std::string group;        // rows that share it are held out together (the shape key)
   double seconds = 0;       // measured
   double gemm_s_at_peak = 0;    // Σ GEMM work / dense peak: seconds at 100% of the peak
+  double gemm_k_s_at_peak = 0;  // Σ GEMM work / (k · dense peak): what one unit of gemm_k_overhead adds
   double stream_s_at_peak = 0;  // Σ streamed bytes / peak memory bandwidth
   double kernels = 0;           // kernel launches
   double vector_flops = 0;      // elementwise FLOPs of memory-bound ops
@@ -54,17 +57,20 @@ ErrorStats error_stats(std::vector<double> abs_errors);
 struct FitResult {
   PerfConstants constants;        // base with the fitted fields replaced
   bool fitted_matmul = false, fitted_hbm = false, fitted_launch = false, fitted_vector = false;
+  bool fitted_k_overhead = false;
   bool fitted_flash_fwd = false, fitted_flash_bwd = false;
   ErrorStats before, after;       // on the rows used: base constants, fitted constants
 };
 
 // Fits from `samples` (at least one with GEMM work; every time > 0). Constants a sample set cannot
-// determine (no streaming rows, a negative launch) keep their value in `base`. Errors name the field.
-Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base = {});
+// determine (no streaming rows, a negative launch) keep their value in `base`; gemm_k_overhead is
+// fitted only with `fit_k_overhead` (GEMM sweeps over k), else kept. Errors name the field.
+Result<FitResult> fit_constants(const std::vector<FitSample>& samples, const PerfConstants& base = {},
+                                bool fit_k_overhead = false);
 
 // The constants file: {"time_constants_version": 1, "device", "gpu", "dtype", "matmul_efficiency",
 // "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "flash_fwd_efficiency",
-// "flash_bwd_efficiency", "fit": {...provenance and residuals...}}.
+// "flash_bwd_efficiency", "gemm_k_overhead", "fit": {...provenance and residuals...}}.
 Json constants_to_json(const FitResult& r, const std::string& gpu, const std::string& device,
                        const std::string& dtype, const Json& provenance);
 // Applies a constants file's fitted fields to `c`. `gpu` is the cluster's GPU name: a file fitted

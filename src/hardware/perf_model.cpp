@@ -71,8 +71,8 @@ double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, 
   if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
   const double rate = achievable_matmul_flops(g, d, c);
   const double bytes = batch * (m * k + k * n + m * n) * spec::dtype_bytes(d);
-  return std::max(gemm_effective_flops(g, batch, m, n, k) / rate, bytes / (g.mem_bw * c.hbm_efficiency)) +
-         c.kernel_launch_s;
+  const double work = gemm_effective_flops(g, batch, m, n, k) * (1 + c.gemm_k_overhead / k);
+  return std::max(work / rate, bytes / (g.mem_bw * c.hbm_efficiency)) + c.kernel_launch_s;
 }
 
 OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const sym::Bindings& at,

@@ -21,6 +21,12 @@ struct PerfConstants {
   double default_matmul_efficiency = 0.8;
   // Fixed cost of one kernel launch on the critical path.
   double kernel_launch_s = 4e-6;
+  // Fixed cost of each output tile of a GEMM (pipeline fill, epilogue), in units of the reduction
+  // dimension k: a tile costs as much as k + gemm_k_overhead of steady main loop, so GEMMs with a
+  // short k (row-parallel layers at high TP, small hidden sizes) run below the large-GEMM rate.
+  // Fitted by `mist fit --gemm-table` to XLA's measured H100 bf16 GEMM table (docs/time-model.md,
+  // "GEMM efficiency and k"); assumed the same on other GPUs until measured there.
+  double gemm_k_overhead = 190.8;
   // FLOP/s of the elementwise math of memory-bound ops (exp, erf, random numbers), added to their
   // streaming time; 0: never a bound (a GPU's ALUs and SFUs keep these ops memory-bound). Fitted by
   // `mist fit` where it binds: on a CPU, softmax, GELU and dropout run 30-70x slower than their
@@ -46,7 +52,8 @@ double peak_matmul_flops(const spec::GpuSpec& g, spec::Dtype d);
 double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const PerfConstants& k = {});
 
 // The work of a GEMM in whole tiles and whole waves of all SMs, divided by the efficiency of the
-// tile that needs least (FLOPs; at rate R the GEMM's compute takes this / R).
+// tile that needs least (FLOPs; at rate R the GEMM's compute takes this / R). Without the tiles'
+// fixed cost: gemm_time multiplies by (1 + gemm_k_overhead / k).
 double gemm_effective_flops(const spec::GpuSpec& g, double batch, double m, double n, double k);
 // Time of C[m×n] = A[m×k]·B[k×n], `batch` times, elements of `bytes` each.
 double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k,

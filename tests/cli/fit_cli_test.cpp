@@ -1,13 +1,17 @@
 // `mist fit` through the command line: on op times measured on this machine's CPU it fits
 // constants that predict held-out shapes better than the defaults; bad input names the field; a
 // cluster's "time_constants" applies the written file.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "../common/sanitized.hpp"
 #include "core/json_fields.hpp"
+#include "hardware/perf_model.hpp"
+#include "spec/catalog.hpp"
 #include "profile/csv_rows.hpp"
 #include "profile/database.hpp"
 #include "run_mist.hpp"
@@ -190,6 +194,65 @@ TEST(FitCli, RunsBadInputExitsNamingTheField) {
   for (auto& run : (*h100)["runs"]) run["cluster"]["gpu"] = "H100-SXM5-80GB";
   expect(mist({"fit", "--runs", k, "--test-runs", write(dir, "h100.json", h100->dump())}), "--test-runs");
   fs::remove_all(dir);
+}
+
+// A GEMM sweep: a table the model timed with a tile cost of 150 and 70% of the peak gives them back
+// (and writes them to the constants file); bad tables exit 2 naming the line and column.
+TEST(FitCli, GemmTableFitsTheTilesFixedCost) {
+  const auto dir = scratch_dir("fit-cli-gemm-table");
+  std::string table = "# a synthetic sweep\nb,m,n,k,flops_per_s\n";
+  const auto h100 = *spec::catalog_gpu("H100-SXM5-80GB");
+  hardware::PerfConstants truth;
+  truth.matmul_efficiency = 0.7;
+  truth.gemm_k_overhead = 150;
+  for (int mn : {4096, 8192})
+    for (int k : {512, 1024, 2048, 4096, 8192}) {
+      const double seconds = hardware::gemm_time(h100, spec::Dtype::kBf16, 1, mn, mn, k, truth);
+      table += fmt::format("1,{},{},{},{:.9e}\n", mn, mn, k, 2.0 * mn * mn * k / seconds);
+    }
+  const auto file = write(dir, "sweep.csv", table);
+  const auto out = (dir / "k.json").string();
+  auto r = mist({"fit", "--gemm-table", file, "--gpu", "H100-SXM5-80GB", "--out", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = read_json_file(out);
+  ASSERT_TRUE(j.has_value());
+  EXPECT_NEAR((*j)["gemm_k_overhead"].get<double>(), 150, 0.5);
+  EXPECT_NEAR((*j)["matmul_efficiency"].get<double>(), 0.7, 1e-3);
+  EXPECT_EQ((*j)["fit"]["source"], "a synthetic sweep");
+
+  auto expect = [](const Outcome& o, const std::string& field) {
+    EXPECT_EQ(o.code, 2) << o.out;
+    EXPECT_NE(o.err.find(field), std::string::npos) << o.err;
+  };
+  expect(mist({"fit", "--gemm-table", file}), "--gpu");
+  expect(mist({"fit", "--gemm-table", (dir / "missing.csv").string(), "--gpu", "H100-SXM5-80GB"}), "--gemm-table");
+  expect(mist({"fit", "--gemm-table", write(dir, "h.csv", "b,m,n,seconds\n1,2,3,1e-3\n"), "--gpu", "H100-SXM5-80GB"}),
+         "no column 'k'");
+  expect(mist({"fit", "--gemm-table", write(dir, "z.csv", "b,m,n,k,seconds\n1,64,64,0,1e-3\n"), "--gpu",
+               "H100-SXM5-80GB"}),
+         "line 2.k");
+  expect(mist({"fit", "--gemm-table", write(dir, "t.csv", "b,m,n,k,seconds\n1,64,64,64,fast\n"), "--gpu",
+               "H100-SXM5-80GB"}),
+         "line 2.seconds");
+  expect(mist({"fit", "--gemm-table", file, "--gpu", "H100-SXM5-80GB", "--runs", kPublished + "sc21_table1_a100.json"}),
+         "--gemm-table");
+  fs::remove_all(dir);
+}
+
+// The default tiles' fixed cost is what `mist fit --gemm-table` gives on XLA's measured H100 bf16
+// GEMM table (data/measured/); B200's table, another generation, gives one within 20% of it.
+TEST(FitCli, DefaultTileCostIsTheOneMeasuredOnH100) {
+  const std::string measured = std::string(MIST_SOURCE_DIR) + "/data/measured/";
+  auto fit = [&](const std::string& file, const std::string& gpu) {
+    auto r = mist({"fit", "--gemm-table", measured + file, "--gpu", gpu, "--json"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return Json::parse(r.out);
+  };
+  const auto h100 = fit("xla_gemm_h100_bf16.csv", "H100-SXM5-80GB");
+  EXPECT_NEAR(h100["gemm_k_overhead"].get<double>(), hardware::PerfConstants{}.gemm_k_overhead, 0.5);
+  EXPECT_LT(h100["fit"]["median_rel_error"].get<double>(), 0.04);  // 3.2% (the default rate and costs: 10.5%)
+  const auto b200 = fit("xla_gemm_b200_bf16.csv", "B200-SXM-180GB");
+  EXPECT_NEAR(b200["gemm_k_overhead"].get<double>() / h100["gemm_k_overhead"].get<double>(), 1, 0.2);
 }
 
 }  // namespace

@@ -75,9 +75,41 @@ TEST(Fit, GemmEfficiencyDrivesGemmTime) {
   const auto g = *spec::catalog_gpu("H100-SXM5-80GB");
   PerfConstants c;
   c.matmul_efficiency = 0.5;
+  c.gemm_k_overhead = 0;
   const double m = 132 * 256 * 2, n = 128 * 4, k = 8192;
   const double t = gemm_time(g, spec::Dtype::kBf16, 1, m, n, k, c);
   EXPECT_NEAR(2 * m * n * k / (t - c.kernel_launch_s) / (0.5 * 989e12), 1, 1e-9);
+  // Each tile's fixed cost stretches the main loop from k to k + k0.
+  c.gemm_k_overhead = 256;
+  const double t2 = gemm_time(g, spec::Dtype::kBf16, 1, m, n, k, c);
+  EXPECT_NEAR((t2 - c.kernel_launch_s) / (t - c.kernel_launch_s), (k + 256) / k, 1e-9);
+}
+
+// A sweep of GEMM shapes (as `mist fit --gemm-table` reads) timed with a known rate, tile cost and
+// launch cost gives them back; rows made without a tile cost give back none.
+TEST(Fit, RecoversTheTilesFixedCostFromAGemmSweep) {
+  const auto g = *spec::catalog_gpu("H100-SXM5-80GB");
+  for (double k0 : {0.0, 200.0}) {
+    PerfConstants truth;
+    truth.matmul_efficiency = 0.66;
+    truth.gemm_k_overhead = k0;
+    truth.kernel_launch_s = 5e-6;
+    std::vector<FitSample> rows;
+    for (double b : {1.0, 4.0})
+      for (double mn : {1024.0, 4096.0})
+        for (double k : {256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0}) {
+          FitSample s;
+          add_gemm(s, g, spec::Dtype::kBf16, b, mn, mn, k);
+          s.seconds = predict(s, truth);
+          rows.push_back(s);
+        }
+    auto r = fit_constants(rows, {}, /*fit_k_overhead=*/true);
+    ASSERT_TRUE(r.has_value()) << r.error().to_string();
+    EXPECT_TRUE(r->fitted_k_overhead);
+    EXPECT_NEAR(r->constants.gemm_k_overhead, k0, 1e-6);
+    EXPECT_NEAR(r->constants.matmul_efficiency, 0.66, 1e-9);
+    EXPECT_LT(r->after.max, 1e-9);
+  }
 }
 
 TEST(Fit, RefusesRowsThatCannotDetermineTheConstants) {
