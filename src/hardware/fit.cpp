@@ -16,7 +16,8 @@ void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch,
   const double work = gemm_effective_flops(g, batch, m, n, k);
   const double bytes = batch * (m * k + k * n + m * n) * spec::dtype_bytes(d);
   // Bound by whichever the default constants say (gemm_time's max), so the model stays linear.
-  if (bytes / (g.mem_bw * base.hbm_efficiency) > work / achievable_matmul_flops(g, d, base))
+  const double compute_s = work * (1 + base.gemm_k_overhead / k) / achievable_matmul_flops(g, d, base);
+  if (bytes / (g.mem_bw * base.hbm_efficiency) > compute_s)
     s.stream_s_at_peak += bytes / g.mem_bw;
   else {
     s.gemm_s_at_peak += work / peak;

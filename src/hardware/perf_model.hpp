@@ -26,7 +26,7 @@ struct PerfConstants {
   // short k (row-parallel layers at high TP, small hidden sizes) run below the large-GEMM rate.
   // Fitted by `mist fit --gemm-table` to XLA's measured H100 bf16 GEMM table (docs/time-model.md,
   // "GEMM efficiency and k"); assumed the same on other GPUs until measured there.
-  double gemm_k_overhead = 190.8;
+  double gemm_k_overhead = 192.7;
   // FLOP/s of the elementwise math of memory-bound ops (exp, erf, random numbers), added to their
   // streaming time; 0: never a bound (a GPU's ALUs and SFUs keep these ops memory-bound). Fitted by
   // `mist fit` where it binds: on a CPU, softmax, GELU and dropout run 30-70x slower than their
