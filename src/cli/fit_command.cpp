@@ -5,9 +5,7 @@
 // instead, the matmul efficiency of a stack from published iteration times (cli/fit_runs.cpp).
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -17,6 +15,7 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/fit_gemm_table.hpp"
+#include "cli/fit_output.hpp"
 #include "cli/fit_runs.hpp"
 #include "cli/job.hpp"
 #include "graph/lower.hpp"
@@ -224,28 +223,14 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   const auto test_before = hardware::relative_errors(test, defaults);
   const auto test_after = hardware::relative_errors(test, fitted->constants);
 
-  char date[16];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  Json prov = {{"command", "mist fit"}, {"profile_db", a.db}, {"date", date}, {"skipped_rows", skipped},
+  Json prov = {{"command", "mist fit"}, {"profile_db", a.db}, {"date", fit_date()}, {"skipped_rows", skipped},
                {"held_out_rows", test_after.rows}};
   if (test_after.rows > 0) {
     prov["held_out_median_rel_error"] = test_after.median;
     prov["held_out_median_rel_error_defaults"] = test_before.median;
   }
   const Json constants = hardware::constants_to_json(*fitted, gpu->name, device, dtype_name, prov);
-  if (!a.out.empty()) {
-    std::ofstream f(a.out);
-    f << constants.dump(2) << "\n";
-    if (!f) {
-      err = fmt::format("mist: fit: cannot write {}\n", a.out);
-      return kExitInvalidInput;
-    }
-  }
-  if (a.json) {
-    out = constants.dump(2) + "\n";
-    return kExitOk;
-  }
+  if (auto done = emit_constants(constants, a.out, a.json, out, err)) return *done;
   const auto& c = fitted->constants;
   out += fmt::format("fitted op-time constants for {} (rows of device '{}', {}; {} rows used, {} skipped)\n",
                      gpu->name, device, dtype_name, fitted->after.rows, skipped);

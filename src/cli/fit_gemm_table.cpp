@@ -5,7 +5,6 @@
 #include "cli/fit_gemm_table.hpp"
 
 #include <cmath>
-#include <ctime>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -14,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/fit_output.hpp"
 #include "cli/job.hpp"
 #include "hardware/fit.hpp"
 #include "spec/catalog.hpp"
@@ -117,26 +117,12 @@ int run_fit_gemm_table(const FitGemmTableArgs& a, std::string& out, std::string&
   auto fitted = hardware::fit_constants(table->samples, {}, /*fit_k_overhead=*/true);
   if (!fitted) return invalid_input(err, Error{"--gemm-table." + fitted.error().path, fitted.error().message});
 
-  char date[16];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   std::string source;
   for (const auto& c : table->comments) source += (source.empty() ? "" : " ") + c.substr(c.find_first_not_of(' '));
-  const Json prov = {{"command", "mist fit --gemm-table"}, {"gemm_table", a.table}, {"date", date},
+  const Json prov = {{"command", "mist fit --gemm-table"}, {"gemm_table", a.table}, {"date", fit_date()},
                      {"source", source}};
   const Json constants = hardware::constants_to_json(*fitted, gpu->name, gpu->name, dtype_name, prov);
-  if (!a.out.empty()) {
-    std::ofstream f(a.out);
-    f << constants.dump(2) << "\n";
-    if (!f) {
-      err = fmt::format("mist: fit: cannot write {}\n", a.out);
-      return kExitInvalidInput;
-    }
-  }
-  if (a.json) {
-    out = constants.dump(2) + "\n";
-    return kExitOk;
-  }
+  if (auto done = emit_constants(constants, a.out, a.json, out, err)) return *done;
   const auto& c = fitted->constants;
   out += fmt::format("GEMM constants of {} in {} fitted to {} measured GEMMs ({})\n", gpu->name, dtype_name,
                      fitted->after.rows, a.table);

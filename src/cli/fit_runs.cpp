@@ -4,13 +4,12 @@
 #include "cli/fit_runs.hpp"
 
 #include <cmath>
-#include <ctime>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include "analysis/published_runs.hpp"
 #include "cli/commands.hpp"
+#include "cli/fit_output.hpp"
 #include "cli/job.hpp"
 #include "hardware/fit.hpp"
 #include "hardware/perf_model.hpp"
@@ -69,10 +68,7 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
   r.fitted_matmul = true;
   r.before = stats(fit->before);
   r.after = stats(fit->after);
-  char date[16];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  Json prov = {{"command", "mist fit --runs"}, {"runs", a.runs}, {"source", runs->source}, {"date", date},
+  Json prov = {{"command", "mist fit --runs"}, {"runs", a.runs}, {"source", runs->source}, {"date", fit_date()},
                {"mean_rel_error", r.after.mean}, {"mean_rel_error_defaults", r.before.mean}};
   if (!held_after.empty()) {
     const auto hb = stats(held_before), ha = stats(held_after);
@@ -81,15 +77,7 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
                         {"max_rel_error_defaults", hb.max}};
   }
   const Json constants = hardware::constants_to_json(r, gpu.name, gpu.name, dtype_name, prov);
-  if (!a.out.empty()) {
-    std::ofstream f(a.out);
-    f << constants.dump(2) << "\n";
-    if (!f) return invalid_input(err, Error{"--out", "cannot write " + a.out});
-  }
-  if (a.json) {
-    out = constants.dump(2) + "\n";
-    return kExitOk;
-  }
+  if (auto done = emit_constants(constants, a.out, a.json, out, err)) return *done;
   const double mamf = hardware::achievable_matmul_flops(gpu, dtype) / hardware::peak_matmul_flops(gpu, dtype);
   out += fmt::format("matmul efficiency of {} in {} fitted to {} published runs ({})\n", gpu.name, dtype_name,
                      fit->after.size(), a.runs);

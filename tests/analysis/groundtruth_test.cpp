@@ -1,6 +1,7 @@
 // Predicted throughput against published Megatron-LM runs (tests/data/groundtruth/).
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -91,6 +92,26 @@ std::vector<RunError> check(const std::string& file, const TimeConstants& k, con
   return *errs;
 }
 
+// The committed constants file's stack efficiency, checked to be what `mist fit --runs` (the same
+// function) fits on `runs_file`; `on_fit` asserts on that fit. The fit (about 30 predictions of the
+// runs) runs in the normal build only.
+TimeConstants committed_fit(const std::string& constants_file, const std::string& runs_file,
+                            const std::function<void(const RunsFit&)>& on_fit) {
+  TimeConstants k;
+  auto file = read_json_file(data(constants_file));
+  EXPECT_TRUE(file.has_value()) << file.error().to_string();
+  if (!file) return k;
+  k.perf.matmul_efficiency = (*file)["matmul_efficiency"].get<double>();
+  if (mist::testing::kSanitized) return k;
+  const auto fit = fit_matmul_efficiency(runs_of(runs_file).runs);
+  EXPECT_TRUE(fit.has_value()) << fit.error().to_string();
+  if (!fit) return k;
+  on_fit(*fit);
+  EXPECT_NEAR(k.perf.matmul_efficiency, fit->matmul_efficiency, 1e-3);
+  k.perf.matmul_efficiency = fit->matmul_efficiency;
+  return k;
+}
+
 // Narayanan et al. SC21, Table 1: A100-80GB, fp16, full recomputation, seq 2048, vocab 51200
 // (data/published/sc21_table1_a100.json). The error in time equals the error in TFLOP/s.
 TEST(GroundTruth, Sc21Table1) {
@@ -116,18 +137,11 @@ TEST(GroundTruth, Korthikanti2022) {
 // year of the code) by the same function `mist fit --runs` runs, and SC21 is only scored. The
 // committed constants file is what that command wrote.
 TEST(GroundTruth, Sc21HeldOutWithTheEfficiencyFittedOnKorthikanti) {
-  auto file = read_json_file(data("a100_megatron_2022.time_constants.json"));
-  ASSERT_TRUE(file.has_value()) << file.error().to_string();
-  double efficiency = (*file)["matmul_efficiency"].get<double>();
-  if (!mist::testing::kSanitized) {  // the fit (about 30 predictions of 8 runs) runs in the normal build
-    const auto fit = fit_matmul_efficiency(runs_of("korthikanti_2022_a100.json").runs);
-    ASSERT_TRUE(fit.has_value()) << fit.error().to_string();
-    EXPECT_LT(mean_abs_error(fit->after), mean_abs_error(fit->before));
-    EXPECT_NEAR(efficiency, fit->matmul_efficiency, 1e-3);
-    efficiency = fit->matmul_efficiency;
-  }
-  TimeConstants k;
-  k.perf.matmul_efficiency = efficiency;
+  const TimeConstants k = committed_fit("a100_megatron_2022.time_constants.json", "korthikanti_2022_a100.json",
+                                        [](const RunsFit& fit) {
+                                          EXPECT_LT(mean_abs_error(fit.after), mean_abs_error(fit.before));
+                                        });
+  const double efficiency = k.perf.matmul_efficiency;
   const auto errs = check("sc21_table1_a100.json", k, fmt::format("SC21 (efficiency {:.4f})", efficiency));
   ASSERT_EQ(errs.size(), 10u);
   EXPECT_LE(mean_abs_error(errs), 0.06);
@@ -225,19 +239,13 @@ TEST(GroundTruth, NemoH100RunsMatchTheReadmes) {
 // setting stated) by the function `mist fit --runs` runs, and the Megatron-Core README's table is
 // only scored. The committed constants file is what that command wrote.
 TEST(GroundTruth, MegatronCoreH100HeldOutWithTheEfficiencyFittedOnNemo) {
-  auto file = read_json_file(data("h100_megatron_core_2024.time_constants.json"));
-  ASSERT_TRUE(file.has_value()) << file.error().to_string();
-  double efficiency = (*file)["matmul_efficiency"].get<double>();
-  if (!mist::testing::kSanitized) {  // the fit (about 30 predictions of 18 runs) runs in the normal build
-    const auto fit = fit_matmul_efficiency(runs_of("nemo_h100_bf16_dgxc.json").runs);
-    ASSERT_TRUE(fit.has_value()) << fit.error().to_string();
-    EXPECT_LE(mean_abs_error(fit->after), 0.035);  // 3.2% / 5.5% (2026-11-30), from 20.3% / 26.7%
-    EXPECT_LE(max_abs_error(fit->after), 0.06);
-    EXPECT_NEAR(efficiency, fit->matmul_efficiency, 1e-3);
-    efficiency = fit->matmul_efficiency;
-  }
-  TimeConstants k;
-  k.perf.matmul_efficiency = efficiency;
+  const TimeConstants k = committed_fit("h100_megatron_core_2024.time_constants.json", "nemo_h100_bf16_dgxc.json",
+                                        [](const RunsFit& fit) {
+                                          // 3.2% / 5.5% (2026-11-30), from 20.3% / 26.7%
+                                          EXPECT_LE(mean_abs_error(fit.after), 0.035);
+                                          EXPECT_LE(max_abs_error(fit.after), 0.06);
+                                        });
+  const double efficiency = k.perf.matmul_efficiency;
   const auto errs =
       check("megatron_core_r0.8_h100.json", k, fmt::format("Megatron-Core H100 (efficiency {:.4f})", efficiency));
   ASSERT_EQ(errs.size(), 9u);
