@@ -2,7 +2,7 @@
 # Install what is missing, build, and run the whole test suite; then run it again under
 # AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/, without the optional LibTorch parts).
 # SANITIZE=0 skips the sanitizer pass.
-# Last, every libFuzzer harness of fuzz/ runs for FUZZ_SECONDS (default 15), two at a time
+# Last, every libFuzzer harness of fuzz/ runs for FUZZ_SECONDS (default 10), two at a time
 # (scripts/fuzz-run.sh, build-fuzz/, clang-16); a crash fails the script. FUZZ=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,6 @@ if [ "${SANITIZE:-1}" != 0 ]; then
 fi
 if [ "${FUZZ:-1}" != 0 ]; then
   phase "fuzzing"
-  scripts/fuzz-run.sh "${FUZZ_SECONDS:-15}"  # 11 harnesses: 6 rounds
+  scripts/fuzz-run.sh "${FUZZ_SECONDS:-10}"  # 11 harnesses: 6 rounds
 fi
 phase "done"
