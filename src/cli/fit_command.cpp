@@ -47,12 +47,6 @@ Result<spec::GpuSpec> fit_gpu(const std::string& name_or_file) {
   return g;
 }
 
-Result<spec::Dtype> parse_dtype(const std::string& s) {
-  if (s == "fp32") return spec::Dtype::kFp32;
-  if (s == "bf16") return spec::Dtype::kBf16;
-  if (s == "fp16") return spec::Dtype::kFp16;
-  return fail("--dtype", "must be fp32, bf16 or fp16, got '" + s + "'");
-}
 
 // "b=2;s=256;h=512;a=8;g=2;f=1408;t=1[;V=1000]" -> bindings; empty on a malformed key.
 sym::Bindings parse_shape(const std::string& key) {

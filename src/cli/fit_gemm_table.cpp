@@ -107,18 +107,18 @@ int run_fit_gemm_table(const FitGemmTableArgs& a, std::string& out, std::string&
   auto gpu = spec::catalog_gpu(a.gpu);
   if (!gpu) return invalid_input(err, Error{"--gpu", gpu.error().message});
   const std::string dtype_name = a.dtype.empty() ? "bf16" : a.dtype;
-  spec::Dtype dtype;
-  if (dtype_name == "bf16") dtype = spec::Dtype::kBf16;
-  else if (dtype_name == "fp16") dtype = spec::Dtype::kFp16;
-  else if (dtype_name == "fp32") dtype = spec::Dtype::kFp32;
-  else return invalid_input(err, Error{"--dtype", "must be fp32, bf16 or fp16, got '" + dtype_name + "'"});
-  auto table = read_table(a.table, *gpu, dtype);
+  auto dtype = parse_dtype(dtype_name);
+  if (!dtype) return invalid_input(err, dtype.error());
+  auto table = read_table(a.table, *gpu, *dtype);
   if (!table) return invalid_input(err, table.error());
   auto fitted = hardware::fit_constants(table->samples, {}, /*fit_k_overhead=*/true);
   if (!fitted) return invalid_input(err, Error{"--gemm-table." + fitted.error().path, fitted.error().message});
 
   std::string source;
-  for (const auto& c : table->comments) source += (source.empty() ? "" : " ") + c.substr(c.find_first_not_of(' '));
+  for (const auto& c : table->comments) {
+    const auto text = c.find_first_not_of(' ');  // a bare "#" line adds nothing
+    if (text != std::string::npos) source += (source.empty() ? "" : " ") + c.substr(text);
+  }
   const Json prov = {{"command", "mist fit --gemm-table"}, {"gemm_table", a.table}, {"date", fit_date()},
                      {"source", source}};
   const Json constants = hardware::constants_to_json(*fitted, gpu->name, gpu->name, dtype_name, prov);

@@ -8,6 +8,13 @@
 
 namespace mist::cli {
 
+Result<spec::Dtype> parse_dtype(const std::string& s) {
+  if (s == "fp32") return spec::Dtype::kFp32;
+  if (s == "bf16") return spec::Dtype::kBf16;
+  if (s == "fp16") return spec::Dtype::kFp16;
+  return fail("--dtype", "must be fp32, bf16 or fp16, got '" + s + "'");
+}
+
 std::string fit_date() {
   char date[16];
   const std::time_t now = std::time(nullptr);

@@ -6,8 +6,13 @@
 #include <string>
 
 #include "core/json_fields.hpp"
+#include "core/result.hpp"
+#include "spec/training.hpp"
 
 namespace mist::cli {
+
+// "fp32", "bf16" or "fp16"; else an error naming --dtype.
+Result<spec::Dtype> parse_dtype(const std::string& s);
 
 // Today in UTC, YYYY-MM-DD (the constants file's "fit.date").
 std::string fit_date();

@@ -200,7 +200,7 @@ TEST(FitCli, RunsBadInputExitsNamingTheField) {
 // (and writes them to the constants file); bad tables exit 2 naming the line and column.
 TEST(FitCli, GemmTableFitsTheTilesFixedCost) {
   const auto dir = scratch_dir("fit-cli-gemm-table");
-  std::string table = "# a synthetic sweep\nb,m,n,k,flops_per_s\n";
+  std::string table = "# a synthetic sweep\n#\n#   \nb,m,n,k,flops_per_s\n";
   const auto h100 = *spec::catalog_gpu("H100-SXM5-80GB");
   hardware::PerfConstants truth;
   truth.matmul_efficiency = 0.7;
@@ -234,6 +234,7 @@ TEST(FitCli, GemmTableFitsTheTilesFixedCost) {
   expect(mist({"fit", "--gemm-table", write(dir, "t.csv", "b,m,n,k,seconds\n1,64,64,64,fast\n"), "--gpu",
                "H100-SXM5-80GB"}),
          "line 2.seconds");
+  expect(mist({"fit", "--gemm-table", file, "--gpu", "H100-SXM5-80GB", "--dtype", "fp8"}), "--dtype");
   expect(mist({"fit", "--gemm-table", file, "--gpu", "H100-SXM5-80GB", "--runs", kPublished + "sc21_table1_a100.json"}),
          "--gemm-table");
   fs::remove_all(dir);
