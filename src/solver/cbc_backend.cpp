@@ -11,11 +11,20 @@
 //   CBC gets short generated names ("x17", "r3"), never the user's.
 // - Cbc_solve() catches a CoinError thrown in CbcMain1 itself, printing it on stdout; the status
 //   then stays −1, which mist reports as a call error.
+// - A time limit that ends during preprocessing reads as "infeasible" (status 0, secondary 1):
+//   CbcMain1 skips preprocessing only if the limit has passed already (CbcSolver.cpp:4086),
+//   otherwise hands CglPreProcess what is left (CbcSolver.cpp:4395); CglPreProcess runs its passes
+//   only while its own clock is within that (CglPreProcess.cpp:2365, Cgl 0.60.3), returns the
+//   model it started from as NULL when no pass ran (:2217), and CbcMain1 reads NULL as infeasible
+//   (CbcSolver.cpp:4445-4452). See time_may_have_ended().
 #include <Cbc_C_Interface.h>
 #include <CoinError.hpp>
 
+#include <algorithm>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <memory>
 #include <mutex>
 
@@ -107,8 +116,37 @@ std::string cbc_detail(Cbc_Model* cbc, const char* what) {
   return fmt::format("CBC {} (status {}, secondary status {})", what, Cbc_status(cbc), Cbc_secondaryStatus(cbc));
 }
 
-// Reads what CbcMain1 left in the model.
-Result<SolveResult> read_mip(Cbc_Model* cbc, const MilpModel& model, const SolveOptions& o) {
+// How long Cbc_solve() ran, on each clock CBC may read: wall time with "timeMode elapsed" (the
+// steady clock, and the calendar clock CoinGetTimeOfDay() reads), and the process's CPU time
+// that CBC's CoinCpuTime() reads in places whatever timeMode says.
+class SolveClock {
+ public:
+  SolveClock()
+      : steady_(std::chrono::steady_clock::now()), system_(std::chrono::system_clock::now()), cpu_(std::clock()) {}
+  // The longest of the three, in seconds.
+  double longest_s() const {
+    const double steady = std::chrono::duration<double>(std::chrono::steady_clock::now() - steady_).count();
+    const double system = std::chrono::duration<double>(std::chrono::system_clock::now() - system_).count();
+    const double cpu = double(std::clock() - cpu_) / CLOCKS_PER_SEC;
+    return std::max({steady, system, cpu});
+  }
+
+ private:
+  std::chrono::steady_clock::time_point steady_;
+  std::chrono::system_clock::time_point system_;
+  std::clock_t cpu_;
+};
+
+// CBC's clock starts inside Cbc_solve() (CbcStartSeconds, CbcSolver.cpp:2011), after this one, so
+// a CBC answer given before the time limit on CBC's clock was given before it on this clock too.
+// When this clock has reached the limit, an "infeasible" may be a time-out in preprocessing (see
+// the top of this file) and is no proof.
+bool time_may_have_ended(const SolveOptions& o, double solve_s) {
+  return std::isfinite(o.time_limit_s) && solve_s >= o.time_limit_s;
+}
+
+// Reads what CbcMain1 left in the model; solve_s is how long Cbc_solve() ran (SolveClock).
+Result<SolveResult> read_mip(Cbc_Model* cbc, const MilpModel& model, const SolveOptions& o, double solve_s) {
   const int status = Cbc_status(cbc), secondary = Cbc_secondaryStatus(cbc);
   const int64_t nodes = Cbc_getNodeCount(cbc);
   const double offset = model.objective().offset;
@@ -136,6 +174,13 @@ Result<SolveResult> read_mip(Cbc_Model* cbc, const MilpModel& model, const Solve
                                                          "(or, rarely, integer infeasible)")},
                               -kInfinity, nodes);
     if (!incumbent && (secondary == kSecondaryRelaxationInfeasible || Cbc_isProvenInfeasible(cbc))) {
+      if (time_may_have_ended(o, solve_s))
+        return without_solution(
+            {.reason = TerminationReason::kNoSolutionFound, .limit = Limit::kTime,
+             .detail = cbc_detail(cbc, fmt::format("reported the model infeasible after its time limit ({} s) had "
+                                                   "passed, which its preprocessing also reports when the limit "
+                                                   "ends it: no proof", o.time_limit_s).c_str())},
+            -kInfinity, nodes);
       // CBC cannot tell "infeasible" from "nothing beats the cutoff" (Cbc_C_Interface.h says so).
       if (o.cutoff)
         return without_solution({.reason = TerminationReason::kNoSolutionFound, .limit = Limit::kCutoff,
@@ -165,8 +210,9 @@ Result<SolveResult> solve_locked(const MilpModel& model, const SolveOptions& o) 
   if (!cbc) return fail("solver.cbc", "Cbc_newModel returned no model");
   load(cbc.get(), model);
   configure(cbc.get(), model, o);
+  const SolveClock clock;
   Cbc_solve(cbc.get());
-  return read_mip(cbc.get(), model, o);
+  return read_mip(cbc.get(), model, o, clock.longest_s());
 }
 
 }  // namespace
