@@ -8,8 +8,10 @@
 //   StageEvaluation/N       folded memory program + StageTimer::parts for every row: one
 //                           complete closed-form stage evaluation (memory, T, D)
 //   StageKnobs              building one row's input bindings with analysis::stage_knobs
-//   PredictPlan             predict_memory + predict_time of the whole 16-stage plan
-//   LayoutSetup             what the tuner pays once per layout: lowering, memory model, timer
+//   PredictPlan             analysis::predict of the whole 16-stage plan (what `mist predict` does)
+//   LayoutSetup             what the tuner pays once per layout: StageTimer::create on the job's
+//                           shared lowering (the lowering and memory model are built once per job)
+//   PrepareJob              analysis::PreparedJob::create + the lowering and memory model, once
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -17,10 +19,12 @@
 
 #include "analysis/memory_model.hpp"
 #include "analysis/overheads.hpp"
+#include "analysis/prediction.hpp"
 #include "analysis/time_model.hpp"
-#include "jobs.hpp"
 #include "graph/lower.hpp"
+#include "jobs.hpp"
 #include "tuner/space.hpp"
+#include "tuner/stage_costs.hpp"
 
 namespace mist::bench {
 namespace {
@@ -29,9 +33,10 @@ struct Job96 {
   spec::ModelSpec m = model("gpt3-175b");
   spec::ClusterSpec c = cluster("A100-SXM4-80GB", 128, 8);
   spec::TrainingSpec t = training(1536, 2048, spec::Dtype::kBf16);
+  analysis::PreparedJob job = *analysis::PreparedJob::create(m, c, t);
   plan::Plan layout;
-  graph::LoweredModel lm;
-  analysis::StageMemoryModel memory;
+  const graph::LoweredModel* lm = nullptr;
+  const analysis::StageMemoryModel* memory = nullptr;
   std::vector<plan::StagePlan> settings;  // every mist-space setting of a 6-block stage
   double nccl = 0;
 
@@ -42,11 +47,13 @@ struct Job96 {
     layout.sequence_parallel = true;
     layout.micro_batch_size = 1;
     layout.grad_accum_steps = t.global_batch_size / layout.dp;
-    lm = graph::lower(m, t.seq_length, graph::lowering_options(t, true));
-    memory = *analysis::build_stage_memory_model(lm, t, layout.recompute);
+    const analysis::Lowering* lowering = *job.lowering(true, layout.recompute);
+    lm = &lowering->model;
+    memory = &lowering->memory;
     settings = tuner::stage_settings(*tuner::named_space("mist"), m.num_layers / layout.pp, layout.dp);
     nccl = analysis::nccl_buffer_bytes(layout, c);
   }
+  analysis::StageTimer timer() const { return *analysis::StageTimer::create(job, layout); }
   plan::Plan full_plan() const {
     plan::Plan p = layout;
     for (int i = 0; i < layout.pp; ++i) {
@@ -69,7 +76,7 @@ int stage_of(size_t r) { return static_cast<int>(r % 16); }
 
 void StageTimerParts(benchmark::State& state) {
   const auto& j = job();
-  const auto timer = analysis::StageTimer::create(j.m, j.c, j.t, j.layout);
+  const auto timer = j.timer();
   size_t r = 0;
   for (auto _ : state) {
     const auto& s = j.settings[r % j.settings.size()];
@@ -82,10 +89,10 @@ BENCHMARK(StageTimerParts);
 
 // Column-major inputs of `prog` for the first `rows` settings (cycling), from stage_knobs.
 std::vector<double> general_inputs(const Job96& j, size_t rows) {
-  const auto& names = j.memory.inputs;
+  const auto& names = j.memory->inputs;
   std::vector<double> in(names.size() * rows);
   for (size_t r = 0; r < rows; ++r) {
-    const auto b = analysis::stage_knobs(j.lm, j.m, j.c, j.layout, j.settings[r % j.settings.size()], stage_of(r), j.nccl);
+    const auto b = analysis::stage_knobs(*j.lm, j.m, j.c, j.layout, j.settings[r % j.settings.size()], stage_of(r), j.nccl);
     for (size_t k = 0; k < names.size(); ++k) in[k * rows + r] = b.at(names[k]);
   }
   return in;
@@ -95,47 +102,31 @@ void MemoryProgram(benchmark::State& state) {
   const auto& j = job();
   const size_t rows = static_cast<size_t>(state.range(0));
   const auto in = general_inputs(j, rows);
-  std::vector<double> out(j.memory.program.num_outputs() * rows);
+  std::vector<double> out(j.memory->program.num_outputs() * rows);
   for (auto _ : state) {
-    j.memory.program.evaluate(in, rows, out);
+    j.memory->program.evaluate(in, rows, out);
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(rows));
-  state.counters["instructions"] = static_cast<double>(j.memory.program.num_instructions());
-  state.counters["outputs"] = static_cast<double>(j.memory.program.num_outputs());
+  state.counters["instructions"] = static_cast<double>(j.memory->program.num_instructions());
+  state.counters["outputs"] = static_cast<double>(j.memory->program.num_outputs());
 }
 BENCHMARK(MemoryProgram)->Arg(64)->Arg(1024)->Arg(16384);
 
-// The knobs a stage setting changes; the rest is folded into constants (as src/tuner does).
-constexpr std::array<const char*, 13> kSettingKnobs = {"l", "c", "zw", "zg", "zo", "wo", "go",
-                                                       "oo", "ao", "W", "G", "O", "A"};
-
-sym::Program folded_program(const Job96& j, int index) {
-  sym::Bindings fixed = analysis::stage_knobs(j.lm, j.m, j.c, j.layout, j.settings.front(), index, j.nccl);
-  for (const char* k : kSettingKnobs) fixed.erase(k);
-  return *sym::Program::compile({sym::substitute(j.memory.peak, fixed), sym::substitute(j.memory.host_bytes, fixed)},
-                                std::vector<std::string>(kSettingKnobs.begin(), kSettingKnobs.end()));
+// The tuner's own specialised program for stage `index` (tuner::MemoryPrograms): shapes, layout
+// and stage position folded into constants, the setting knobs (analysis::kSettingKnobs) inputs.
+const sym::Program& folded_program(const Job96& j, int index) {
+  static tuner::MemoryPrograms programs(j.job);
+  return **programs.get(j.layout, index);
 }
 
-std::vector<double> setting_inputs(const Job96& j, size_t rows) {
-  std::vector<double> in(kSettingKnobs.size() * rows);
-  const double dp = static_cast<double>(j.layout.dp);
+std::vector<double> setting_inputs(const Job96& j, size_t rows, int index) {
+  constexpr size_t n = analysis::kSettingKnobs.size();
+  std::vector<double> in(n * rows);
+  const double in_flight = analysis::in_flight_micro_batches(j.layout, index);
   for (size_t r = 0; r < rows; ++r) {
-    const auto& s = j.settings[r % j.settings.size()];
-    const double v[] = {double(s.num_layers),
-                        double(s.ckpt_layers),
-                        s.zero >= 3 ? dp : 1.0,
-                        s.zero >= 2 ? dp : 1.0,
-                        s.zero >= 1 ? dp : 1.0,
-                        s.offload.weights,
-                        s.offload.gradients,
-                        s.offload.optimizer_states,
-                        s.offload.activations,
-                        s.zero >= 3 || s.offload.weights > 0 ? 1.0 : 0.0,
-                        s.zero >= 2 || s.offload.gradients > 0 ? 1.0 : 0.0,
-                        s.offload.optimizer_states > 0 ? 1.0 : 0.0,
-                        s.offload.activations > 0 ? 1.0 : 0.0};
-    for (size_t k = 0; k < kSettingKnobs.size(); ++k) in[k * rows + r] = v[k];
+    const auto v = analysis::setting_knob_values(j.layout, j.settings[r % j.settings.size()], in_flight, j.nccl);
+    for (size_t k = 0; k < n; ++k) in[k * rows + r] = v[k];
   }
   return in;
 }
@@ -143,8 +134,8 @@ std::vector<double> setting_inputs(const Job96& j, size_t rows) {
 void MemoryProgramFolded(benchmark::State& state) {
   const auto& j = job();
   const size_t rows = static_cast<size_t>(state.range(0));
-  const auto prog = folded_program(j, 3);
-  const auto in = setting_inputs(j, rows);
+  const auto& prog = folded_program(j, 3);
+  const auto in = setting_inputs(j, rows, 3);
   std::vector<double> out(2 * rows);
   for (auto _ : state) {
     prog.evaluate(in, rows, out);
@@ -158,9 +149,9 @@ BENCHMARK(MemoryProgramFolded)->Arg(64)->Arg(1024)->Arg(16384);
 void StageEvaluation(benchmark::State& state) {
   const auto& j = job();
   const size_t rows = static_cast<size_t>(state.range(0));
-  const auto prog = folded_program(j, 3);
-  const auto timer = analysis::StageTimer::create(j.m, j.c, j.t, j.layout);
-  const auto in = setting_inputs(j, rows);
+  const auto& prog = folded_program(j, 3);
+  const auto timer = j.timer();
+  const auto in = setting_inputs(j, rows, 3);
   std::vector<double> out(2 * rows);
   for (auto _ : state) {
     prog.evaluate(in, rows, out);
@@ -180,7 +171,7 @@ void StageKnobs(benchmark::State& state) {
   size_t r = 0;
   for (auto _ : state) {
     benchmark::DoNotOptimize(
-        analysis::stage_knobs(j.lm, j.m, j.c, j.layout, j.settings[r % j.settings.size()], stage_of(r), j.nccl));
+        analysis::stage_knobs(*j.lm, j.m, j.c, j.layout, j.settings[r % j.settings.size()], stage_of(r), j.nccl));
     ++r;
   }
   state.SetItemsProcessed(state.iterations());
@@ -191,10 +182,9 @@ void PredictPlan(benchmark::State& state) {
   const auto& j = job();
   const auto p = j.full_plan();
   for (auto _ : state) {
-    auto mem = analysis::predict_memory(j.m, j.c, j.t, p);
-    auto time = analysis::predict_time(j.m, j.c, j.t, p);
-    if (!mem || !time) state.SkipWithError("the plan does not predict");
-    benchmark::DoNotOptimize(time->iteration_time_s + mem->stages.back().peak_bytes);
+    auto pred = analysis::predict(j.job, p);
+    if (!pred) state.SkipWithError("the plan does not predict");
+    benchmark::DoNotOptimize(pred->time.iteration_time_s + pred->memory.stages.back().peak_bytes);
   }
   state.SetItemsProcessed(state.iterations());
 }
@@ -203,14 +193,21 @@ BENCHMARK(PredictPlan)->Unit(benchmark::kMillisecond);
 void LayoutSetup(benchmark::State& state) {
   const auto& j = job();
   for (auto _ : state) {
-    const auto lm = graph::lower(j.m, j.t.seq_length, graph::lowering_options(j.t, true));
-    auto memory = analysis::build_stage_memory_model(lm, j.t, j.layout.recompute);
-    auto timer = analysis::StageTimer::create(j.m, j.c, j.t, j.layout);
-    benchmark::DoNotOptimize(memory->program.num_instructions());
-    benchmark::DoNotOptimize(timer.model_flops_per_iteration());
+    auto timer = analysis::StageTimer::create(j.job, j.layout);
+    benchmark::DoNotOptimize(timer->model_flops_per_iteration());
   }
 }
 BENCHMARK(LayoutSetup)->Unit(benchmark::kMillisecond);
+
+void PrepareJob(benchmark::State& state) {
+  const auto& j = job();
+  for (auto _ : state) {
+    auto prepared = analysis::PreparedJob::create(j.m, j.c, j.t);
+    auto lowering = prepared->lowering(true, j.layout.recompute);
+    benchmark::DoNotOptimize((*lowering)->memory.program.num_instructions());
+  }
+}
+BENCHMARK(PrepareJob)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace mist::bench

@@ -23,7 +23,8 @@ void tune_job(benchmark::State& state, const spec::ModelSpec& m, const spec::Clu
   o.space = *tuner::named_space("mist");
   o.top = 1;
   for (auto _ : state) {
-    auto r = tuner::tune(m, c, t, o);
+    auto job = analysis::PreparedJob::create(m, c, t);  // part of what `mist tune` pays
+    auto r = job ? tuner::tune(*job, o) : Result<tuner::TuneResult>(std::unexpected(job.error()));
     if (!r) {
       state.SkipWithError(r.error().to_string().c_str());
       return;

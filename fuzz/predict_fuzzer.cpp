@@ -1,6 +1,7 @@
 // The predictor end to end: {"model": name or object, "cluster": {...}, "training": {...},
 // "plan": {...}} -> memory and time. Either an error, or every reported number is finite.
 #include "analysis/memory_model.hpp"
+#include "analysis/prepared_job.hpp"
 #include "analysis/time_model.hpp"
 #include "fuzz_util.hpp"
 
@@ -40,11 +41,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto t = spec::training_from_json((*j)["training"], "training");
   auto p = plan::plan_from_json((*j)["plan"], "plan");
   if (!m || !c || !t || !p) return 0;
-  auto mem = analysis::predict_memory(*m, *c, *t, *p);
-  fuzz::check_error(mem, "predict_memory");
-  auto time = analysis::predict_time(*m, *c, *t, *p);
-  fuzz::check_error(time, "predict_time");
-  // They may disagree: predict_memory also refuses a stage needing more memory than any machine has.
+  auto job = analysis::PreparedJob::create(*m, *c, *t);
+  fuzz::check_error(job, "PreparedJob::create");
+  if (!job) return 0;
+  // analysis::predict's two parts apart, after its check, so that a memory refusal does not hide the
+  // time model: stage_memory also refuses a stage needing more memory than any machine has.
+  auto ok = plan::validate_plan(*p, *m, *c, *t);
+  fuzz::check_error(ok, "validate_plan");
+  if (!ok) return 0;
+  auto mem = analysis::stage_memory(*job, *p);
+  fuzz::check_error(mem, "stage_memory");
+  auto time = analysis::iteration_time(*job, *p);
+  fuzz::check_error(time, "iteration_time");
   if (mem && time) check_prediction(*mem, *time);
   return 0;
 }

@@ -1,7 +1,7 @@
 // A cluster's "time_constants" file (`mist fit --out`): applied to the defaults for an A100, it is
 // refused naming a field, or every constant stays in its documented range and the fixed job
 // (GPT-3 13B on 2x8 A100) still predicts a finite, positive iteration time.
-#include "analysis/time_model.hpp"
+#include "analysis/prediction.hpp"
 #include "fuzz_util.hpp"
 #include "hardware/fit.hpp"
 
@@ -22,11 +22,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::check(c.vector_flops >= 0 && std::isfinite(c.vector_flops), "vector FLOP/s finite, not negative");
   const auto& job = fuzz::fixed_job();
   auto p = plan::uniform_plan(job.model, 2, 4, 2, 2, 128, {});
-  auto t = analysis::predict_time(job.model, job.cluster, job.training, p, k);
-  fuzz::check_error(t, "predict_time");
-  if (t) {
-    fuzz::check_finite(t->iteration_time_s, "iteration time");
-    fuzz::check(t->iteration_time_s > 0, "iteration time positive");
+  auto prepared = analysis::PreparedJob::create(job.model, job.cluster, job.training, k);
+  fuzz::check_error(prepared, "PreparedJob::create");
+  if (!prepared) return 0;
+  auto pred = analysis::predict(*prepared, p);
+  fuzz::check_error(pred, "predict");
+  if (pred) {
+    fuzz::check_finite(pred->time.iteration_time_s, "iteration time");
+    fuzz::check(pred->time.iteration_time_s > 0, "iteration time positive");
   }
   return 0;
 }

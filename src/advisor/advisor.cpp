@@ -11,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include "analysis/time_model.hpp"
 #include "core/units.hpp"
 #include "tuner/tuner.hpp"
 
@@ -54,8 +53,9 @@ Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec:
   tuner::TuneOptions to;
   to.space = o.space;
   to.top = 1;
-  auto r = tuner::tune(m, c, t, to);
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto prepared = job::prepare(m, c, t, o.calibration);
+  auto r = prepared ? tuner::tune(*prepared, to) : Result<tuner::TuneResult>(std::unexpected(prepared.error()));
   if (!r) {
     // The GPU cannot run this job at all (no bf16, no layout of this many GPUs): a row, not an abort.
     row.reason = r.error().to_string();
@@ -80,18 +80,12 @@ Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec:
     return row;
   }
   const auto& best = r->best.front();
-  auto time = analysis::predict_time(m, c, t, best.plan);
-  if (!time) {
-    // A tuned plan that does not predict is a bug in the tuner; say so in the row.
-    row.reason = "internal error: the tuned plan does not predict: " + time.error().to_string();
-    row.tune_seconds = seconds();
-    return row;
-  }
+  const auto& time = best.prediction.time;  // what `mist predict` says of the plan
   row.feasible = true;
   row.plan = best.plan;
-  row.iteration_time_s = time->iteration_time_s;
-  row.tokens_per_s = time->tokens_per_s;
-  row.mfu = time->mfu;
+  row.iteration_time_s = time.iteration_time_s;
+  row.tokens_per_s = time.tokens_per_s;
+  row.mfu = time.mfu;
   row.peak_memory_bytes = best.peak_memory_bytes;
   row.time_to_train_s = o.tokens / row.tokens_per_s;
   if (row.price) row.cost = costs(row.tokens_per_s, o.tokens, row.num_gpus, row.price->usd_per_gpu_hour);
@@ -173,7 +167,6 @@ Result<Comparison> compare_gpus(const spec::ModelSpec& m, const spec::TrainingSp
         if (c.error().path.empty()) c.error().path = "--candidates";
         return std::unexpected(c.error());
       }
-      c->profile_db = o.profile_db;
       cells.push_back(std::move(*c));
     }
   }

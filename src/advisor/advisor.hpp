@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "advisor/prices.hpp"
+#include "job/prepare.hpp"
 #include "plan/plan.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
@@ -29,8 +30,9 @@ struct AdvisorOptions {
   std::vector<GpuPrice> prices;           // US$ per GPU-hour by GPU type (may miss some)
   int threads = 2;                        // cells tuned at once (the tuner is re-entrant)
   // Measured op times for every cell's cluster (docs/profile.md): exact rows for a GPU type that
-  // has them, Habitat-scaled rows of another GPU type otherwise. Empty: analytical op times.
-  std::string profile_db;
+  // has them, Habitat-scaled rows of another GPU type otherwise; read once (job::read_calibration).
+  // Empty: analytical op times. A constants file is per GPU type and not taken here.
+  job::CalibrationData calibration;
   // Called after each cell with (cells done, cells in all), from the worker threads but never
   // two at once. May be empty.
   std::function<void(size_t done, size_t total)> progress;

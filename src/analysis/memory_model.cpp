@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "analysis/overheads.hpp"
+#include "analysis/prepared_job.hpp"
 #include "core/units.hpp"
 #include "graph/lower.hpp"
 
@@ -158,44 +159,51 @@ double in_flight_micro_batches(const plan::Plan& p, int stage) {
   return chunks / v;
 }
 
+std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
+                                                             double in_flight, double nccl_bytes) {
+  const plan::ShardFactors z = plan::shard_factors(st.zero, layout.dp);
+  const auto& o = st.offload;
+  return {static_cast<double>(st.num_layers),
+          static_cast<double>(st.ckpt_layers),
+          z.weights,
+          z.gradients,
+          z.optimizer_states,
+          o.weights,
+          o.gradients,
+          o.optimizer_states,
+          o.activations,
+          z.weights > 1 || o.weights > 0 ? 1.0 : 0.0,  // W: weights gathered or swapped per layer
+          z.gradients > 1 || o.gradients > 0 ? 1.0 : 0.0,
+          o.optimizer_states > 0 ? 1.0 : 0.0,
+          o.activations > 0 ? 1.0 : 0.0,
+          in_flight,
+          static_cast<double>(layout.micro_batch_size),
+          static_cast<double>(layout.dp),
+          nccl_bytes};
+}
+
 sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                           const plan::Plan& p, const plan::StagePlan& st, int index, double nccl_bytes) {
-  const double dp = static_cast<double>(p.dp);
   const bool first = index == 0, last = index + 1 == p.pp;
   sym::Bindings k = lm.dims;
-  k["b"] = static_cast<double>(p.micro_batch_size);
+  const auto values = setting_knob_values(p, st, in_flight_micro_batches(p, index), nccl_bytes);
+  for (size_t i = 0; i < kSettingKnobs.size(); ++i) k[kSettingKnobs[i]] = values[i];
   k["t"] = static_cast<double>(p.tp);
-  k["d"] = dp;
-  k["l"] = static_cast<double>(st.num_layers);
-  k["c"] = static_cast<double>(st.ckpt_layers);
-  k["p"] = in_flight_micro_batches(p, index);
-  k["zw"] = st.zero >= 3 ? dp : 1.0;
-  k["zg"] = st.zero >= 2 ? dp : 1.0;
-  k["zo"] = st.zero >= 1 ? dp : 1.0;
-  k["wo"] = st.offload.weights;
-  k["go"] = st.offload.gradients;
-  k["oo"] = st.offload.optimizer_states;
-  k["ao"] = st.offload.activations;
   k["E"] = first ? 1.0 : 0.0;
   k["H"] = last ? 1.0 : 0.0;
   k["T"] = last && p.pp > 1 && m.tie_word_embeddings ? 1.0 : 0.0;
   k["Q"] = p.pp > 1 ? 1.0 : 0.0;
-  k["W"] = (st.zero >= 3 && p.dp > 1) || st.offload.weights > 0 ? 1.0 : 0.0;
-  k["G"] = (st.zero >= 2 && p.dp > 1) || st.offload.gradients > 0 ? 1.0 : 0.0;
-  k["O"] = st.offload.optimizer_states > 0 ? 1.0 : 0.0;
-  k["A"] = st.offload.activations > 0 ? 1.0 : 0.0;
   k["C_ctx"] = c.gpu.cuda_context_bytes;
   k["C_blas"] = c.gpu.blas_workspace_bytes;
-  k["C_nccl"] = nccl_bytes;
   return k;
 }
 
-Result<MemoryPrediction> predict_memory(const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                        const spec::TrainingSpec& t, const plan::Plan& p) {
-  MIST_CHECK(plan::validate_plan(p, m, c, t));
-  const auto opts = graph::lowering_options(t, p.sequence_parallel && p.tp > 1);
-  const auto lm = graph::lower(m, t.seq_length, opts);
-  MIST_TRY(StageMemoryModel M, build_stage_memory_model(lm, t, p.recompute));
+Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& p) {
+  const auto& m = job.model();
+  const auto& c = job.cluster();
+  MIST_TRY(const Lowering* lowering, job.lowering(p.sequence_parallel && p.tp > 1, p.recompute));
+  const graph::LoweredModel& lm = lowering->model;
+  const StageMemoryModel& M = lowering->memory;
 
   const double nccl = nccl_buffer_bytes(p, c);
   const size_t rows = p.stages.size();

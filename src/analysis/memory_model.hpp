@@ -13,6 +13,7 @@
 //   C_ctx, C_blas, C_nccl  framework overheads in bytes (overheads.hpp)
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -91,15 +92,26 @@ struct MemoryPrediction {
   bool host_fits = true;
 };
 
-Result<MemoryPrediction> predict_memory(const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                        const spec::TrainingSpec& t, const plan::Plan& p);
+class PreparedJob;
+// The memory of every stage of `p`, a plan that predict() (analysis/prediction.hpp) has checked.
+Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& p);
 
 // Micro-batches (in units of a whole stage) whose activations stage `i` holds at its peak under
 // 1F1B, or interleaved 1F1B when virtual_pipeline_stages > 1.
 double in_flight_micro_batches(const plan::Plan& p, int stage);
 
+// The knobs a stage setting and its layout set, in this order: what the tuner's specialised memory
+// programs take as inputs (everything else is folded into them). The one home of the knob vector.
+inline constexpr std::array<const char*, 17> kSettingKnobs = {"l", "c", "zw", "zg", "zo", "wo", "go", "oo", "ao",
+                                                              "W", "G", "O",  "A",  "p",  "b",  "d",  "C_nccl"};
+// Their values for setting `st` of a stage of `layout` that holds `in_flight` micro-batches
+// (in_flight_micro_batches) with `nccl_bytes` of NCCL buffers; allocation-free (the tuner's hot path).
+std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
+                                                             double in_flight, double nccl_bytes);
+
 // The values of every input of StageMemoryModel::program for stage `index` of plan `p` run with
-// the settings `st` (which need not be p.stages[index]: the tuner tries many). `nccl_bytes` is
+// the settings `st` (which need not be p.stages[index]: the tuner tries many): the model's shapes,
+// setting_knob_values, and what the stage's position and the cluster fix. `nccl_bytes` is
 // nccl_buffer_bytes(p, c), the same for every stage.
 sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                           const plan::Plan& p, const plan::StagePlan& st, int index, double nccl_bytes);

@@ -52,11 +52,4 @@ sim::PipelineJob pipeline_job(const plan::Plan& p, const TimePrediction& t, cons
   return pj;
 }
 
-Result<sim::SimResult> simulate_plan(const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                     const spec::TrainingSpec& t, const plan::Plan& p) {
-  MIST_TRY(auto mem, predict_memory(m, c, t, p));
-  MIST_TRY(auto time, predict_time(m, c, t, p));
-  return sim::simulate(pipeline_job(p, time, mem));
-}
-
 }  // namespace mist::analysis

@@ -12,8 +12,4 @@ double term_seconds(const std::vector<TimeTerm>& terms, const std::string& name)
 double term_bytes(const StageMemory& s, const std::string& name);
 sim::PipelineJob pipeline_job(const plan::Plan& p, const TimePrediction& t, const MemoryPrediction& m);
 
-// Predicts the plan's memory and time and simulates its iteration.
-Result<sim::SimResult> simulate_plan(const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                     const spec::TrainingSpec& t, const plan::Plan& p);
-
 }  // namespace mist::analysis

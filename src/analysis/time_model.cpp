@@ -4,9 +4,9 @@
 #include <numeric>
 
 #include "analysis/memory_model.hpp"
+#include "analysis/prepared_job.hpp"
 #include "graph/liveness.hpp"
 #include "graph/lower.hpp"
-#include "hardware/fit.hpp"
 
 namespace mist::analysis {
 
@@ -87,51 +87,49 @@ double optimizer_step_bytes(const spec::TrainingSpec& t) {
   return bytes;
 }
 
-double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,
-                               const std::vector<double>& drain, int64_t micro_batches, int64_t v) {
-  if (stable.empty()) return 0;
+PipelineTime pipeline_time(const std::vector<double>& stable, const std::vector<double>& delta,
+                           const std::vector<double>& drain, int64_t micro_batches, int64_t v) {
+  if (stable.empty()) return {};
   const double sum = std::accumulate(stable.begin(), stable.end(), 0.0);
   const double mx = *std::max_element(stable.begin(), stable.end());
-  const double fill = v > 1 ? mx + (sum - mx) / static_cast<double>(v) : sum;
   double exposed = 0, before = 0;
   for (size_t i = 0; i < stable.size(); ++i) {
     exposed = std::max(exposed, delta[i] - before / static_cast<double>(v));
     if (i < drain.size()) before += drain[i];
   }
-  return fill + static_cast<double>(micro_batches - 1) * mx + exposed;
+  return pipeline_time(sum, mx, exposed, static_cast<double>(micro_batches), v);
 }
 
-StageTimer StageTimer::create(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
-                              const plan::Plan& p, const TimeConstants& k) {
+PipelineTime pipeline_time(double sum_t, double max_t, double exposed, double micro_batches, int64_t v) {
+  PipelineTime r;
+  r.fill = v > 1 ? max_t + (sum_t - max_t) / static_cast<double>(v) : sum_t;
+  r.steady = (micro_batches - 1) * max_t;
+  r.exposed_delta = std::max(0.0, exposed);
+  return r;
+}
+
+Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& p) {
+  const auto& m = job.model();
+  const auto& c = job.cluster();
+  const auto& t = job.training();
   StageTimer r;
   r.cluster_ = c;
   r.training_ = t;
   r.layout_ = p;
   r.layout_.stages.clear();
-  r.k_ = k;
-  // Op-time constants fitted for this GPU by `mist fit` (the cluster's "time_constants" file).
-  if (!c.time_constants.empty()) {
-    auto applied = hardware::apply_constants_file(c.time_constants, c.gpu.name, "cluster.time_constants", r.k_.perf);
-    if (!applied) r.profile_error_ = applied.error();
-  }
+  r.k_ = job.constants();
   const bool sp = p.sequence_parallel && p.tp > 1;
   const bool selective = p.recompute == plan::Recompute::kSelective;
-  const auto lm = graph::lower(m, t.seq_length, graph::lowering_options(t, sp));
+  MIST_TRY(const Lowering* lowering, job.lowering(sp, p.recompute));
+  const graph::LoweredModel& lm = lowering->model;
   sym::Bindings at = lm.dims;
   at["b"] = static_cast<double>(p.micro_batch_size);
   at["t"] = static_cast<double>(p.tp);
   r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp);
-  std::shared_ptr<const profile::OpTable> table = r.k_.profile;
-  if (!table && !c.profile_db.empty()) {
-    auto loaded = profile::OpTable::load(c.profile_db);
-    if (loaded)
-      table = *loaded;
-    else
-      r.profile_error_ = Error{"cluster." + loaded.error().path, loaded.error().message};
-  }
-  r.blk_ = layer_times(lm.block, at, c, t.precision, r.place_.tp, selective, r.k_, table.get(), r.sources_);
-  r.emb_ = layer_times(lm.embedding, at, c, t.precision, r.place_.tp, selective, r.k_, table.get(), r.sources_);
-  r.head_ = layer_times(lm.head, at, c, t.precision, r.place_.tp, selective, r.k_, table.get(), r.sources_);
+  const profile::OpTable* table = r.k_.profile.get();
+  r.blk_ = layer_times(lm.block, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
+  r.emb_ = layer_times(lm.embedding, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
+  r.head_ = layer_times(lm.head, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
   r.tied_params_ = eval(lm.tied_head_params, at);
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks).
@@ -171,7 +169,6 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double v = static_cast<double>(p.virtual_pipeline_stages);
   const bool first = index == 0, last = index + 1 == p.pp;
   const double l = static_cast<double>(st.num_layers), ck = static_cast<double>(st.ckpt_layers);
-  const double dp = static_cast<double>(p.dp);
   const auto& off = st.offload;
   const auto& place = place_;
   StageTimeParts s;
@@ -180,8 +177,8 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double w_bytes = blk.params * wb, g_bytes = blk.params * gb;
   const double ag = st.zero >= 3 ? hardware::collective_time(c, Collective::kAllGather, place.dp, w_bytes, k.comm) : 0;
   const double rs = st.zero >= 2 ? hardware::collective_time(c, Collective::kReduceScatter, place.dp, g_bytes, k.comm) : 0;
-  const double w_shard = st.zero >= 3 ? w_bytes / dp : w_bytes;
-  const double g_shard = st.zero >= 2 ? g_bytes / dp : g_bytes;
+  const plan::ShardFactors shard = plan::shard_factors(st.zero, p.dp);
+  const double w_shard = w_bytes / shard.weights, g_shard = g_bytes / shard.gradients;
   const double w_swap = hardware::host_copy_time(c, off.weights * w_shard, k.comm);
   const double g_swap = hardware::host_copy_time(c, off.gradients * g_shard, k.comm);
   const double a_swap = hardware::host_copy_time(c, off.activations * blk.saved, k.comm);
@@ -206,8 +203,8 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
   // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter
   // kept (ZeRO-2/3 reduce-scatter every micro-batch and accumulate their shard).
-  const double accum_params = (l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0)) /
-                              (st.zero >= 2 ? dp : 1.0);
+  const double accum_params =
+      (l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0)) / shard.gradients;
   const double accum =
       p.grad_accumulation_fusion ? 0 : hardware::streaming_time(c.gpu, accum_params * 3 * gb, k.perf);
   const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
@@ -241,7 +238,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
       param_gather = std::max(param_gather - fwd / v, param_gather * bucket);  // the first chunk's forward
     }
   }
-  const double local = stage_params / (st.zero >= 1 ? dp : 1.0);
+  const double local = stage_params / shard.optimizer_states;
   const double step_gpu =
       hardware::streaming_time(c.gpu, (1 - off.optimizer_states) * local * optimizer_step_bytes(t), k.perf);
   const double step_cpu = off.optimizer_states > 0
@@ -284,13 +281,10 @@ StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
   return s;
 }
 
-Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                    const spec::TrainingSpec& t, const plan::Plan& p,
-                                    const TimeConstants& k) {
-  MIST_CHECK(plan::validate_plan(p, m, c, t));
-  const StageTimer timer = StageTimer::create(m, c, t, p, k);
-  if (timer.profile_error()) return std::unexpected(*timer.profile_error());
-  const double G = static_cast<double>(p.grad_accum_steps), v = static_cast<double>(p.virtual_pipeline_stages);
+Result<TimePrediction> iteration_time(const PreparedJob& job, const plan::Plan& p) {
+  const auto& c = job.cluster();
+  const auto& t = job.training();
+  MIST_TRY(const StageTimer timer, StageTimer::create(job, p));
   TimePrediction out;
   std::vector<double> T, D, B;
   for (size_t i = 0; i < p.stages.size(); ++i) {
@@ -300,11 +294,10 @@ Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::Cluste
     B.push_back(s.drain_s);
     out.stages.push_back(std::move(s));
   }
-  const double sum = std::accumulate(T.begin(), T.end(), 0.0);
-  const double mx = *std::max_element(T.begin(), T.end());
-  out.iteration_time_s = pipeline_iteration_time(T, D, B, p.grad_accum_steps, p.virtual_pipeline_stages);
-  out.pipeline_fill_s = p.virtual_pipeline_stages > 1 ? mx + (sum - mx) / v : sum;
-  out.steady_s = (G - 1) * mx;
+  const PipelineTime pipe = pipeline_time(T, D, B, p.grad_accum_steps, p.virtual_pipeline_stages);
+  out.iteration_time_s = pipe.total();
+  out.pipeline_fill_s = pipe.fill;
+  out.steady_s = pipe.steady;
   out.exposed_delta_s = out.iteration_time_s - out.pipeline_fill_s - out.steady_s;
 
   out.op_sources = timer.op_sources();

@@ -1,12 +1,7 @@
 // Iteration time of a plan: per-layer op times (hardware/perf_model), tensor-parallel and
 // data-parallel communication (hardware/comm_model), the overlap of ZeRO collectives and offload
 // copies with compute, a stable per-micro-batch time T_i and an extra D_i for the first/last
-// micro-batch of each stage, and Mist's closed form for the pipeline:
-//   iteration = Σ T_i + (G - 1)·max T_i + max_i(D_i - Σ_{j<i} B_j / v)
-// with v interleaved chunks per stage (the fill Σ T_i becomes max T + (Σ T_i - max T)/v) and B_j
-// the backward share of T_j: stage i's last backward ends when the last micro-batch's gradient
-// still has to cross stages i-1..0, one chunk each (Mist writes Σ_{j<i} T_j, which the event
-// simulation contradicts; docs/time-model.md).
+// micro-batch of each stage, and Mist's closed form for the pipeline (pipeline_time below).
 // docs/time-model.md explains each term and records the checks against published runs.
 #pragma once
 
@@ -36,8 +31,8 @@ struct TimeConstants {
   double ddp_bucket_params = 40e6;
   // Adam on the CPU for offloaded optimizer states, parameters per second per GPU (estimate).
   double cpu_adam_params_per_s = 1e9;
-  // Measured op times to prefer to the analytical model (docs/profile.md). When null, the
-  // cluster's profile_db file, if it names one, is read (once per process).
+  // Measured op times to prefer to the analytical model (docs/profile.md); null: analytical only.
+  // job::prepare reads a cluster's profile_db into it.
   std::shared_ptr<const profile::OpTable> profile;
 };
 
@@ -93,14 +88,15 @@ struct StageTimeParts {
   double delta() const { return grad_sync + param_gather + step + tied_sync; }
 };
 
+class PreparedJob;
+
 // Times of the stages of one parallel layout (plan-level fields of `layout`: dp, tp, pp,
 // micro-batch, accumulation, interleaving, recompute, overlaps; its `stages` are not read). Built
-// once (lowering and per-layer op times); then any stage setting costs a few operations, which is
-// what the tuner needs.
+// once per layout (per-layer op times on the job's shared lowering); then any stage setting costs a
+// few operations, which is what the tuner needs.
 class StageTimer {
  public:
-  static StageTimer create(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
-                           const plan::Plan& layout, const TimeConstants& k = {});
+  static Result<StageTimer> create(const PreparedJob& job, const plan::Plan& layout);
   // Stage `index` (0..pp-1) run with the settings `st`.
   StageTime time(const plan::StagePlan& st, int index) const;
   StageTimeParts parts(const plan::StagePlan& st, int index) const;
@@ -110,10 +106,8 @@ class StageTimer {
   const LayerTimes& block_times() const { return blk_; }
   const LayerTimes& embedding_times() const { return emb_; }
   const LayerTimes& head_times() const { return head_; }
-  // Where the op times came from (each op of the three layers once, forward and backward apart),
-  // and why the profile database could not be read, if it could not (times are then analytical).
+  // Where the op times came from (each op of the three layers once, forward and backward apart).
   const profile::SourceCounts& op_sources() const { return sources_; }
-  const std::optional<Error>& profile_error() const { return profile_error_; }
 
  private:
   StageTimer() = default;
@@ -127,7 +121,6 @@ class StageTimer {
   double p2p_s_ = 0;  // one boundary transfer
   double model_flops_ = 0;
   profile::SourceCounts sources_;
-  std::optional<Error> profile_error_;
 };
 
 // Bytes the optimizer step streams through HBM per local parameter, as mixed-precision optimizers
@@ -136,13 +129,27 @@ class StageTimer {
 // into fp32 main gradients, fp16's unscale and inf/nan check, and the master-to-weights copy.
 double optimizer_step_bytes(const spec::TrainingSpec& t);
 
-// The closed form above: `stable` T_i, `delta` D_i, `drain` B_i (empty: all 0, Mist's form
-// without offsets), `v` interleaved chunks per stage.
-double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,
-                               const std::vector<double>& drain, int64_t micro_batches, int64_t v = 1);
+// Mist's closed form for the pipeline, the one home of the rule:
+//   iteration = fill + (G - 1)·max T_i + max_i(D_i - Σ_{j<i} B_j / v)
+// with fill = Σ T_i, or max T + (Σ T_i - max T)/v with v interleaved chunks per stage, and B_j the
+// backward share of T_j: stage i's last backward ends when the last micro-batch's gradient still
+// has to cross stages i-1..0, one chunk each (Mist writes Σ_{j<i} T_j, which the event simulation
+// contradicts; docs/time-model.md). `drain` may be empty (all 0: Mist's form without offsets).
+struct PipelineTime {
+  double fill = 0, steady = 0, exposed_delta = 0;
+  double total() const { return fill + steady + exposed_delta; }
+};
+PipelineTime pipeline_time(const std::vector<double>& stable, const std::vector<double>& delta,
+                           const std::vector<double>& drain, int64_t micro_batches, int64_t v = 1);
+// The same from the three quantities the tuner carries through its search: Σ T_i, max T_i and
+// max_i(D_i - Σ_{j<i} B_j / v) (negative: nothing exposed), allocation-free.
+PipelineTime pipeline_time(double sum_t, double max_t, double exposed, double micro_batches, int64_t v = 1);
+inline double pipeline_iteration_time(const std::vector<double>& stable, const std::vector<double>& delta,
+                                      const std::vector<double>& drain, int64_t micro_batches, int64_t v = 1) {
+  return pipeline_time(stable, delta, drain, micro_batches, v).total();
+}
 
-Result<TimePrediction> predict_time(const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                    const spec::TrainingSpec& t, const plan::Plan& p,
-                                    const TimeConstants& k = {});
+// The iteration time of `p`, a plan that predict() (analysis/prediction.hpp) has checked.
+Result<TimePrediction> iteration_time(const PreparedJob& job, const plan::Plan& p);
 
 }  // namespace mist::analysis

@@ -94,8 +94,9 @@ int run_import(const ImportArgs& a, std::string& out, std::string& err) {
     return invalid_input(err, Error{"--megatron-flags", "goes with --from-deepspeed"});
   auto model = spec::load_model(a.model);
   if (!model) return invalid_input(err, model.error());
-  auto cluster = spec::load_cluster(a.cluster);
-  if (!cluster) return invalid_input(err, cluster.error());
+  auto file = spec::load_cluster(a.cluster);
+  if (!file) return invalid_input(err, file.error());
+  const spec::ClusterSpec* cluster = &file->cluster;
   Result<engines::ImportedJob> imported =
       !a.megatron.empty()  ? engines::import_megatron_flags(a.megatron, *model, *cluster)
       : !a.deepspeed.empty() ? engines::import_deepspeed_file(a.deepspeed, a.megatron_flags, *model, *cluster)

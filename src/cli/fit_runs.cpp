@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/published_runs.hpp"
+#include "calibration/published_runs.hpp"
 #include "cli/commands.hpp"
 #include "cli/fit_output.hpp"
 #include "cli/job.hpp"
@@ -18,7 +18,7 @@ namespace mist::cli {
 
 namespace {
 
-hardware::ErrorStats stats(const std::vector<analysis::RunError>& e) {
+hardware::ErrorStats stats(const std::vector<calibration::RunError>& e) {
   std::vector<double> abs;
   for (const auto& x : e) abs.push_back(std::fabs(x.error()));
   return hardware::error_stats(std::move(abs));
@@ -30,33 +30,33 @@ std::string abs_pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 }  // namespace
 
 int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
-  auto runs = analysis::load_published_runs(a.runs);
+  auto runs = calibration::load_published_runs(a.runs);
   if (!runs) return invalid_input(err, Error{"--runs: " + runs.error().path, runs.error().message});
-  const auto& gpu = runs->runs.front().cluster.gpu;
-  const spec::Dtype dtype = runs->runs.front().training.precision;
+  const auto& gpu = runs->runs.front().job.cluster.gpu;
+  const spec::Dtype dtype = runs->runs.front().job.training.precision;
   const std::string dtype_name = spec::to_string(dtype);
   // Held-out runs (checked before the fit): same GPU and precision, scored with the default and
   // the fitted constants.
-  std::vector<analysis::PublishedRun> test_runs;
+  std::vector<calibration::PublishedRun> test_runs;
   if (!a.test_runs.empty()) {
-    auto test = analysis::load_published_runs(a.test_runs);
+    auto test = calibration::load_published_runs(a.test_runs);
     if (!test) return invalid_input(err, Error{"--test-runs: " + test.error().path, test.error().message});
     for (const auto& r : test->runs)
-      if (r.cluster.gpu.name != gpu.name || r.training.precision != dtype) {
-        const auto why = fmt::format("'{}' runs on {} in {}, the fit is for {} in {}", r.name, r.cluster.gpu.name,
-                                     spec::to_string(r.training.precision), gpu.name, dtype_name);
+      if (r.job.cluster.gpu.name != gpu.name || r.job.training.precision != dtype) {
+        const auto why = fmt::format("'{}' runs on {} in {}, the fit is for {} in {}", r.name, r.job.cluster.gpu.name,
+                                     spec::to_string(r.job.training.precision), gpu.name, dtype_name);
         return invalid_input(err, Error{"--test-runs", why});
       }
     test_runs = test->runs;
   }
-  auto fit = analysis::fit_matmul_efficiency(runs->runs);
+  auto fit = calibration::fit_matmul_efficiency(runs->runs);
   if (!fit) return invalid_input(err, Error{"--runs: " + fit.error().path, fit.error().message});
-  std::vector<analysis::RunError> held_before, held_after;
+  std::vector<calibration::RunError> held_before, held_after;
   if (!test_runs.empty()) {
     analysis::TimeConstants k;
     k.perf.matmul_efficiency = fit->matmul_efficiency;
-    auto before = analysis::run_errors(test_runs);
-    auto after = analysis::run_errors(test_runs, k);
+    auto before = calibration::run_errors(test_runs);
+    auto after = calibration::run_errors(test_runs, k);
     if (!before || !after)
       return invalid_input(err, Error{"--test-runs", (before ? after : before).error().to_string()});
     held_before = *before;
@@ -85,7 +85,7 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
   out += fmt::format("  matmul_efficiency  {:.4f} of the dense peak (without it: {:.4f}, {})\n", fit->matmul_efficiency,
                      mamf, gpu.matmul_bf16_flops > 0 ? "the catalog's MAMF" : "the default efficiency");
   out += "run  measured_s  predicted_s (default -> fitted)  throughput error (default -> fitted)\n";
-  auto table = [&](const std::vector<analysis::RunError>& b, const std::vector<analysis::RunError>& f) {
+  auto table = [&](const std::vector<calibration::RunError>& b, const std::vector<calibration::RunError>& f) {
     for (size_t i = 0; i < b.size(); ++i)
       out += fmt::format("  {:<14} {:>9.3f}  {:>9.3f} -> {:>9.3f}  {:>7} -> {:>7}\n", b[i].name, b[i].measured_s,
                          b[i].predicted_s, f[i].predicted_s, pct(b[i].error()), pct(f[i].error()));

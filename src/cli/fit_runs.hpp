@@ -1,5 +1,5 @@
 // `mist fit --runs FILE [--test-runs FILE]`: calibrates the matmul efficiency of one GPU and software
-// stack on published iteration times (analysis/published_runs.hpp).
+// stack on published iteration times (calibration/published_runs.hpp).
 #pragma once
 
 #include <string>

@@ -141,9 +141,9 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
       return invalid_input(err, Error{"--fast", "applies to the mist space only"});
   }
   if (!a.profile_db.empty()) {
-    auto table = profile::OpTable::load(a.profile_db);
-    if (!table) return invalid_input(err, Error{"--profile-db", table.error().message});
-    o.profile_db = a.profile_db;
+    auto calibration = job::read_calibration({.profile_db = a.profile_db, .time_constants = ""});
+    if (!calibration) return invalid_input(err, Error{"--profile-db", calibration.error().message});
+    o.calibration = std::move(*calibration);
   }
   for (const auto& c : a.candidates)
     if (!c.empty()) o.gpus.push_back(c);

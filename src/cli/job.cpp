@@ -20,7 +20,9 @@ void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan) {
 Result<Job> load_job(const JobArgs& a) {
   Job job;
   MIST_TRY(job.model, spec::load_model(a.model));
-  MIST_TRY(job.cluster, spec::load_cluster(a.cluster));
+  MIST_TRY(auto cluster, spec::load_cluster(a.cluster));
+  job.cluster = std::move(cluster.cluster);
+  job.files = std::move(cluster.files);
   MIST_TRY(job.training, spec::load_training(a.training));
   if (!a.plan.empty()) {
     MIST_TRY(job.plan, plan::load_plan(a.plan));

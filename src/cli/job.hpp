@@ -5,19 +5,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "plan/plan.hpp"
-#include "spec/cluster.hpp"
-#include "spec/model.hpp"
-#include "spec/training.hpp"
+#include "job/job.hpp"
 
 namespace mist::cli {
 
-struct Job {
-  spec::ModelSpec model;
-  spec::ClusterSpec cluster;
-  spec::TrainingSpec training;
-  plan::Plan plan;
-};
+using job::Job;
 
 struct JobArgs {
   std::string model, cluster, training, plan;
@@ -25,7 +17,8 @@ struct JobArgs {
 
 // Adds --model, --cluster, --training and (when `with_plan`) --plan, all required.
 void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan = true);
-// Loads the files (or catalog names); without a plan file the plan is left default.
+// Loads the files (or catalog names); without a plan file the plan is left default. The files the
+// cluster file names are kept for job::prepare, which reads them.
 Result<Job> load_job(const JobArgs& a);
 
 // Appends "mist: invalid input: <field>: <reason>" to `err`; returns exit status 2.

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include "analysis/memory_model.hpp"
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
@@ -11,6 +10,7 @@
 #include "export/megatron.hpp"
 #include "profile/op_source.hpp"
 #include "cli/report.hpp"
+#include "job/prepare.hpp"
 
 namespace mist::cli {
 
@@ -45,7 +45,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   std::vector<std::string> notes;
   auto job = load_predict_job(a, notes);
   if (!job) return invalid_input(err, job.error());
-  auto pred = cli::predict(*job);
+  auto pred = job::predict(*job);
   if (!pred) return invalid_input(err, pred.error());
   // --simulate: the event simulation's iteration time replaces the closed form's.
   std::optional<sim::SimResult> simulated;

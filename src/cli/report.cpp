@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "core/units.hpp"
-#include "hardware/fit.hpp"
 #include "profile/op_source.hpp"
 
 namespace mist::cli {
@@ -39,41 +38,7 @@ std::string header(const Job& job) {
       spec::to_string(job.training.precision));
 }
 
-// The GEMM rate the time model used and where it came from: the first thing to doubt in a
-// predicted time (docs/time-model.md, "Checks against published runs").
-struct MatmulRate {
-  double flops = 0;
-  std::string source;
-  bool calibrated = false;
-};
-
-MatmulRate matmul_rate(const Job& job) {
-  hardware::PerfConstants k;
-  MatmulRate r;
-  const auto& c = job.cluster;
-  if (!c.time_constants.empty() &&
-      hardware::apply_constants_file(c.time_constants, c.gpu.name, "cluster.time_constants", k) &&
-      k.matmul_efficiency > 0) {
-    r.source = "cluster.time_constants (" + c.time_constants + ")";
-    r.calibrated = true;
-  } else {
-    k = {};
-    r.source = c.gpu.matmul_bf16_flops > 0 && job.training.precision != spec::Dtype::kFp32
-                   ? "the catalog's measured MAMF"
-                   : fmt::format("{} of the dense peak (no MAMF measured)", k.default_matmul_efficiency);
-  }
-  r.flops = hardware::achievable_matmul_flops(c.gpu, job.training.precision, k);
-  return r;
-}
-
 }  // namespace
-
-Result<Prediction> predict(const Job& job) {
-  Prediction p;
-  MIST_TRY(p.memory, analysis::predict_memory(job.model, job.cluster, job.training, job.plan));
-  MIST_TRY(p.time, analysis::predict_time(job.model, job.cluster, job.training, job.plan));
-  return p;
-}
 
 std::string format_seconds(double s) {
   if (s >= 1) return fmt::format("{:.3f} s", s);
@@ -111,10 +76,10 @@ Json prediction_json(const Job& job, const Prediction& pred) {
     stages.back()["time"] = {{"stable", stable}, {"delta", delta}};
   }
   const auto& t = pred.time;
-  const auto rate = matmul_rate(job);
+  const auto& rate = pred.matmul_rate;
   return Json{{"model", job.model.name},
               {"num_parameters", job.model.num_parameters()},
-              {"cluster", spec::cluster_to_json(job.cluster)},
+              {"cluster", spec::cluster_to_json(job.cluster, job.files)},
               {"training", spec::training_to_json(job.training)},
               {"plan", plan::plan_to_json(job.plan)},
               {"fits", p.fits},
@@ -167,7 +132,7 @@ std::string prediction_text(const Job& job, const Prediction& pred) {
       format_seconds(t.iteration_time_s), format_seconds(t.pipeline_fill_s), job.plan.grad_accum_steps - 1,
       format_seconds(t.steady_s), format_seconds(t.exposed_delta_s), t.tokens_per_s, t.model_tflops_per_gpu,
       100 * t.mfu);
-  const auto rate = matmul_rate(job);
+  const auto& rate = pred.matmul_rate;
   out += fmt::format("GEMMs at {:.0f} TFLOP/s: {}", rate.flops / 1e12, rate.source);
   out += rate.calibrated ? "\n"
                          : "; with it the model was on average 8-23% optimistic against published runs\n"

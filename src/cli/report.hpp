@@ -3,23 +3,17 @@
 
 #include <string>
 
-#include "analysis/memory_model.hpp"
-#include "analysis/time_model.hpp"
+#include "analysis/prediction.hpp"
 #include "cli/job.hpp"
 #include "core/json_fields.hpp"
 
 namespace mist::cli {
 
+using analysis::Prediction;
 
 std::string format_bytes(double bytes);  // "12.34 GiB", "512.0 MiB"
-// What `mist predict` computes for a plan: per-stage memory and the iteration time.
-struct Prediction {
-  analysis::MemoryPrediction memory;
-  analysis::TimePrediction time;
-};
+std::string format_seconds(double s);    // "1.234 s", "12.3 ms", "45 µs"
 
-Result<Prediction> predict(const Job& job);
-std::string format_seconds(double s);  // "1.234 s", "12.3 ms", "45 µs"
 Json prediction_json(const Job& job, const Prediction& p);
 std::string prediction_text(const Job& job, const Prediction& p);
 std::string explanation_text(const Job& job, const Prediction& p);

@@ -5,13 +5,12 @@
 
 #include <fmt/format.h>
 
-#include "analysis/memory_model.hpp"
-#include "analysis/time_model.hpp"
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
 #include "analysis/pipeline_job.hpp"
 #include "cli/report.hpp"
+#include "job/prepare.hpp"
 #include "sim/pipeline_sim.hpp"
 
 namespace mist::cli {
@@ -84,7 +83,7 @@ std::string result_text(const Job& job, const sim::PipelineJob& pj, const sim::S
 int simulate(const SimulateArgs& a, std::string& out, std::string& err) {
   auto job = load_job(a.job);
   if (!job) return invalid_input(err, job.error());
-  auto pred = cli::predict(*job);
+  auto pred = job::predict(*job);
   if (!pred) return invalid_input(err, pred.error());
   const auto pj = analysis::pipeline_job(job->plan, pred->time, pred->memory);
   auto r = sim::simulate(pj);

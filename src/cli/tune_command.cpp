@@ -13,6 +13,7 @@
 #include "cli/job.hpp"
 #include "cli/report.hpp"
 #include "export/deepspeed.hpp"
+#include "job/prepare.hpp"
 #include "export/megatron.hpp"
 #include "tuner/tuner.hpp"
 
@@ -140,7 +141,9 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
     if (auto ok = plan::validate_plan(current->plan, job->model, job->cluster, job->training); !ok)
       return invalid_input(err, ok.error());
   }
-  auto r = tuner::tune(job->model, job->cluster, job->training, *o);
+  auto prepared = job::prepare(*job);
+  if (!prepared) return invalid_input(err, prepared.error());
+  auto r = tuner::tune(*prepared, *o);
   if (!r) {
     err = "mist: " + r.error().to_string() + "\n";
     return kExitInvalidInput;
@@ -169,11 +172,7 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
   }
   Job best = *job;
   best.plan = r->best.front().plan;
-  auto pred = predict(best);
-  if (!pred) {
-    err = "mist: internal error: the tuned plan does not predict: " + pred.error().to_string() + "\n";
-    return kExitInternal;
-  }
+  const Prediction* pred = &r->best.front().prediction;  // what `mist predict` says of it
   if (!a.out_file.empty()) {
     std::ofstream f(a.out_file);
     f << plan::plan_to_json(best.plan).dump(2) << "\n";
@@ -186,7 +185,7 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
   Json compare;
   std::string compare_text;
   if (current) {
-    auto cp = predict(*current);
+    auto cp = analysis::predict(*prepared, current->plan);
     if (!cp) return invalid_input(err, cp.error());
     const double mine = pred->time.iteration_time_s, theirs = cp->time.iteration_time_s;
     compare = {{"plan", plan::plan_to_json(current->plan)},

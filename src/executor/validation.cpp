@@ -8,8 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/memory_model.hpp"
-#include "analysis/time_model.hpp"
+#include "analysis/prediction.hpp"
 #include "executor/profile_rows.hpp"
 #include "graph/lower.hpp"
 #include "plan/plan.hpp"
@@ -214,8 +213,9 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   stage.ckpt_layers = r.checkpoint == CM::kFull ? 1 : 0;
   auto p = plan::uniform_plan(m, 1, 1, 1, r.micro_batch, 1, stage);
   p.recompute = r.checkpoint == CM::kSelective ? plan::Recompute::kSelective : plan::Recompute::kNone;
-  MIST_TRY(auto pred, analysis::predict_memory(m, cpu_cluster(), t, p));
-  const auto& st = pred.stages.at(0);
+  MIST_TRY(auto job, analysis::PreparedJob::create(m, cpu_cluster(), t));
+  MIST_TRY(auto pred, analysis::predict(job, p));
+  const auto& st = pred.memory.stages.at(0);
   BlockPrediction out;
   out.saved = r.checkpoint == CM::kFull ? st.block_activation_bytes_recomputed : st.block_activation_bytes;
   const char* P_name = r.layer == graph::LayerKind::kBlock       ? "P_blk"
@@ -229,8 +229,9 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   out.optimizer_states = analysis::optimizer_bytes_per_param(t) * P;
 
   // The peak of one block alone: a one-block stage without embedding or head, one micro-batch.
-  const auto lm = graph::lower(m, r.seq_length, graph::lowering_options(t, false));
-  MIST_TRY(auto M, analysis::build_stage_memory_model(lm, t, p.recompute));
+  MIST_TRY(const analysis::Lowering* lowering, job.lowering(false, p.recompute));
+  const auto& lm = lowering->model;
+  const auto& M = lowering->memory;
   sym::Bindings k = lm.dims;
   for (const auto& name : M.inputs)
     if (!k.count(name)) k[name] = 0.0;
@@ -277,7 +278,8 @@ Result<BlockTimePrediction> predict_block_time(const BlockRun& r, const std::vec
   analysis::TimeConstants k;
   auto table = std::make_shared<const profile::OpTable>(rows);
   k.profile = table;
-  const auto timer = analysis::StageTimer::create(m, cluster, t, p, k);
+  MIST_TRY(auto job, analysis::PreparedJob::create(m, cluster, t, k));
+  MIST_TRY(const auto timer, analysis::StageTimer::create(job, p));
   const auto& L = r.layer == graph::LayerKind::kBlock       ? timer.block_times()
                   : r.layer == graph::LayerKind::kEmbedding ? timer.embedding_times()
                                                             : timer.head_times();
@@ -286,7 +288,8 @@ Result<BlockTimePrediction> predict_block_time(const BlockRun& r, const std::vec
   // The backward of a checkpointed block re-runs its forward (all of it, or the attention core).
   out.backward = L.bwd + (r.checkpoint == CM::kFull ? L.fwd : r.checkpoint == CM::kSelective ? L.core_fwd : 0);
   // Where this layer's op times came from.
-  const auto lm = graph::lower(m, r.seq_length, graph::lowering_options(t, false));
+  MIST_TRY(const analysis::Lowering* lowering, job.lowering(false, p.recompute));
+  const auto& lm = lowering->model;
   const auto& layer = r.layer == graph::LayerKind::kBlock       ? lm.block
                       : r.layer == graph::LayerKind::kEmbedding ? lm.embedding
                                                                 : lm.head;

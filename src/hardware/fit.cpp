@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <filesystem>
-#include <map>
-#include <mutex>
 
 namespace mist::hardware {
 
@@ -247,27 +244,6 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   if (k_overhead) out.gemm_k_overhead = *k_overhead;
   c = out;
   return {};
-}
-
-Result<void> apply_constants_file(const std::string& file, const std::string& gpu, const std::string& path,
-                                  PerfConstants& c) {
-  // The tuner builds a StageTimer per layout: parse a file once while it is unchanged.
-  static std::mutex mu;
-  static std::map<std::string, std::pair<std::filesystem::file_time_type, Json>> cache;
-  std::error_code ec;
-  const auto mtime = std::filesystem::last_write_time(file, ec);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(file);
-    if (!ec && it != cache.end() && it->second.first == mtime) return apply_constants_json(it->second.second, gpu, path, c);
-  }
-  auto j = read_json_file(file);
-  if (!j) return fail(path, j.error().to_string());
-  if (!ec) {
-    std::lock_guard<std::mutex> lock(mu);
-    cache[file] = {mtime, *j};
-  }
-  return apply_constants_json(*j, gpu, path, c);
 }
 
 }  // namespace mist::hardware

@@ -76,8 +76,5 @@ Json constants_to_json(const FitResult& r, const std::string& gpu, const std::st
 // Applies a constants file's fitted fields to `c`. `gpu` is the cluster's GPU name: a file fitted
 // for another GPU is refused. Errors name the field under `path` (e.g. "cluster.time_constants").
 Result<void> apply_constants_json(const Json& j, const std::string& gpu, const std::string& path, PerfConstants& c);
-// Reads and applies the file at `file`.
-Result<void> apply_constants_file(const std::string& file, const std::string& gpu, const std::string& path,
-                                  PerfConstants& c);
 
 }  // namespace mist::hardware

@@ -217,11 +217,26 @@ Plan uniform_plan(const spec::ModelSpec& m, int64_t dp, int64_t tp, int64_t pp, 
   p.grad_accum_steps = grad_accum;
   for (int64_t i = 0; i < pp; ++i) {
     StagePlan s = every_stage;
-    s.num_layers = m.num_layers / pp + (i < m.num_layers % pp ? 1 : 0);
+    s.num_layers = even_split_layers(m.num_layers, pp, i);
     s.ckpt_layers = std::min(s.ckpt_layers, s.num_layers);
     p.stages.push_back(s);
   }
   return p;
+}
+
+int64_t even_split_layers(int64_t layers, int64_t pp, int64_t stage) {
+  return layers / pp + (stage < layers % pp ? 1 : 0);
+}
+
+std::vector<int64_t> even_split(int64_t layers, int64_t pp) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < pp; ++i) out.push_back(even_split_layers(layers, pp, i));
+  return out;
+}
+
+ShardFactors shard_factors(int zero, int64_t dp) {
+  const double d = static_cast<double>(dp);
+  return {zero >= 3 ? d : 1.0, zero >= 2 ? d : 1.0, zero >= 1 ? d : 1.0};
 }
 
 }  // namespace mist::plan

@@ -75,8 +75,22 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
 // Checks that the GPU supports the training precision (bf16 needs Ampere or later).
 Result<void> validate_precision(const spec::ClusterSpec& c, const spec::TrainingSpec& t);
 
-// A plan with layers split as evenly as possible (earlier stages get the remainder), the same
-// options on every stage; used by examples and tests.
+// The even split of `layers` blocks over `pp` stages: earlier stages take the remainder. The one
+// home of the rule (uniform plans, the tuner's uniform split, engines' default splits, published
+// runs' "every_stage").
+int64_t even_split_layers(int64_t layers, int64_t pp, int64_t stage);
+std::vector<int64_t> even_split(int64_t layers, int64_t pp);
+
+// What ZeRO level `zero` over `dp` data-parallel ranks divides each state by (dp or 1): weights
+// from ZeRO-3, gradients from ZeRO-2, optimizer states from ZeRO-1 (Rajbhandari et al. 2020). The
+// one home of the rule for the memory model, the time model and the tuner.
+struct ShardFactors {
+  double weights = 1, gradients = 1, optimizer_states = 1;
+};
+ShardFactors shard_factors(int zero, int64_t dp);
+
+// A plan with layers split as evenly as possible (even_split), the same options on every stage;
+// used by examples and tests.
 Plan uniform_plan(const spec::ModelSpec& m, int64_t dp, int64_t tp, int64_t pp, int64_t micro_batch,
                   int64_t grad_accum, const StagePlan& every_stage);
 

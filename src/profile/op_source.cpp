@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <map>
-#include <mutex>
 
 #include <fmt/format.h>
 
@@ -72,21 +70,12 @@ OpTable::OpTable(std::vector<Measurement> rows) : rows_(std::move(rows)) {
 }
 
 Result<std::shared_ptr<const OpTable>> OpTable::load(const std::string& path) {
-  // Keyed by path, size and modification time: a database rewritten since is read again.
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const OpTable>> cache;
   std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
+  (void)std::filesystem::file_size(path, ec);  // SQLite would create a missing file
   if (ec) return fail("profile_db", fmt::format("cannot read '{}': {}", path, ec.message()));
-  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
-  const std::string id = fmt::format("{}|{}|{}", path, size, mtime);
-  std::lock_guard lock(mu);
-  if (auto it = cache.find(id); it != cache.end()) return it->second;
   MIST_TRY(auto db, Database::open(path));
   MIST_TRY(auto rows, db.all());
-  auto table = std::make_shared<const OpTable>(std::move(rows));
-  cache[id] = table;
-  return table;
+  return std::make_shared<const OpTable>(std::move(rows));
 }
 
 const Measurement* OpTable::exact(const std::string& device, const std::string& op, const std::string& shape,

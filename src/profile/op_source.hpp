@@ -4,8 +4,8 @@
 //                  ops by the ratio of achievable matmul rates and GEMM wave utilisation,
 //                  memory-bound ops by the ratio of memory bandwidths);
 //   3. analytical: hardware::op_time.
-// An OpTable is an in-memory snapshot of a profile database, loaded once per file and shared, so
-// StageTimer resolves each op of a layer with one hash lookup.
+// An OpTable is an in-memory snapshot of a profile database, read once by job::prepare and shared
+// by value, so StageTimer resolves each op of a layer with one hash lookup.
 #pragma once
 
 #include <memory>
@@ -41,7 +41,7 @@ std::string shape_key(graph::LayerKind kind, const sym::Bindings& at);
 class OpTable {
  public:
   explicit OpTable(std::vector<Measurement> rows);
-  // The snapshot of the database at `path`, read once per process while the file is unchanged.
+  // The snapshot of the database at `path`.
   static Result<std::shared_ptr<const OpTable>> load(const std::string& path);
 
   const Measurement* exact(const std::string& device, const std::string& op, const std::string& shape,

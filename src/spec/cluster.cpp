@@ -173,13 +173,14 @@ double pcie_x16_bw(int gen) {
   return kGBps[static_cast<size_t>(gen)] * kGB;
 }
 
-Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what) {
+Result<ClusterFile> cluster_file_from_json(const Json& j, const std::string& what) {
   MIST_TRY(JsonFields f, JsonFields::of(j, what));
   MIST_SPEC_CHECK(f.reject_unknown({"gpu", "nodes", "gpus_per_node", "intra_node_GBps",
                                     "intra_node_latency_us", "inter_node_GBps",
                                     "inter_node_latency_us", "pcie_GBps", "host_memory_GiB",
                                     "profile_db", "time_constants"}));
-  ClusterSpec c;
+  ClusterFile file;
+  ClusterSpec& c = file.cluster;
   MIST_TRY(c.gpu, cluster_gpu(f));
   MIST_TRY(c.nodes, f.integer("nodes", 1, kMaxNodes));
   MIST_TRY(c.gpus_per_node,
@@ -200,16 +201,26 @@ Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what) {
   MIST_TRY(c.pcie_bw, read_number_or(f, "pcie_GBps", pcie, kGB, kMaxGBps));
   MIST_TRY(c.host_memory_bytes,
            read_number_or(f, "host_memory_GiB", c.gpu.default_host_memory_bytes, kGiB, kMaxGiB));
-  MIST_TRY(c.profile_db, f.string_or("profile_db", ""));
-  if (f.has("profile_db") && c.profile_db.empty())
+  CalibrationFiles& files = file.files;
+  MIST_TRY(files.profile_db, f.string_or("profile_db", ""));
+  if (f.has("profile_db") && files.profile_db.empty())
     return fail(f.field_path("profile_db"), "must name a profile database file (docs/profile.md)");
-  MIST_TRY(c.time_constants, f.string_or("time_constants", ""));
-  if (f.has("time_constants") && c.time_constants.empty())
+  MIST_TRY(files.time_constants, f.string_or("time_constants", ""));
+  if (f.has("time_constants") && files.time_constants.empty())
     return fail(f.field_path("time_constants"), "must name a constants file written by mist fit (docs/time-model.md)");
-  return c;
+  return file;
 }
 
-Json cluster_to_json(const ClusterSpec& c) {
+Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what) {
+  MIST_TRY(ClusterFile file, cluster_file_from_json(j, what));
+  for (const auto& [key, value] : {std::pair{"profile_db", &file.files.profile_db},
+                                   std::pair{"time_constants", &file.files.time_constants}})
+    if (!value->empty())
+      return fail(what + "." + key, "names a file, which only a cluster file given with --cluster may do");
+  return file.cluster;
+}
+
+Json cluster_to_json(const ClusterSpec& c, const CalibrationFiles& files) {
   using detail::in_unit;
   Json j{{"gpu", gpu_to_json(c.gpu)},
               {"nodes", c.nodes},
@@ -220,18 +231,17 @@ Json cluster_to_json(const ClusterSpec& c) {
               {"inter_node_latency_us", in_unit(c.inter_node_latency, kMicrosecond)},
               {"pcie_GBps", in_unit(c.pcie_bw, kGB)},
               {"host_memory_GiB", in_unit(c.host_memory_bytes, kGiB)}};
-  if (!c.profile_db.empty()) j["profile_db"] = c.profile_db;
-  if (!c.time_constants.empty()) j["time_constants"] = c.time_constants;
+  if (!files.profile_db.empty()) j["profile_db"] = files.profile_db;
+  if (!files.time_constants.empty()) j["time_constants"] = files.time_constants;
   return j;
 }
 
-Result<ClusterSpec> load_cluster(const std::string& path) {
-  MIST_TRY(auto c, load_json_as(path, "cluster", cluster_from_json));
-  // A relative profile_db names a file next to the cluster file.
-  if (!c.profile_db.empty() && std::filesystem::path(c.profile_db).is_relative())
-    c.profile_db = (std::filesystem::path(path).parent_path() / c.profile_db).string();
-  if (!c.time_constants.empty() && std::filesystem::path(c.time_constants).is_relative())
-    c.time_constants = (std::filesystem::path(path).parent_path() / c.time_constants).string();
+Result<ClusterFile> load_cluster(const std::string& path) {
+  MIST_TRY(auto c, load_json_as(path, "cluster", cluster_file_from_json));
+  // A relative file name names a file next to the cluster file.
+  for (std::string* f : {&c.files.profile_db, &c.files.time_constants})
+    if (!f->empty() && std::filesystem::path(*f).is_relative())
+      *f = (std::filesystem::path(path).parent_path() / *f).string();
   return c;
 }
 

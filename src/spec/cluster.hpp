@@ -46,17 +46,36 @@ struct ClusterSpec {
   double inter_node_latency = 0;   // seconds
   double pcie_bw = 0;              // host<->device bytes/s per GPU, one direction
   double host_memory_bytes = 0;    // CPU memory per node
-  std::string profile_db;          // measured op times (docs/profile.md); "" = analytical only
-  std::string time_constants;      // op-time constants fitted by `mist fit` (docs/time-model.md); "" = defaults
 
   int64_t num_gpus() const { return nodes * gpus_per_node; }
   bool operator==(const ClusterSpec&) const = default;
 };
 
-// A cluster from a JSON file path; see docs/specs.md for the fields.
-Result<ClusterSpec> load_cluster(const std::string& path);
+// The files a cluster file may name besides its hardware: measured op times and fitted op-time
+// constants. Paths stay at the input boundary: job::prepare reads them into values once, and no
+// library below it sees a path.
+struct CalibrationFiles {
+  std::string profile_db;      // measured op times (docs/profile.md); "" = analytical only
+  std::string time_constants;  // op-time constants fitted by `mist fit` (docs/time-model.md); "" = defaults
+
+  bool empty() const { return profile_db.empty() && time_constants.empty(); }
+  bool operator==(const CalibrationFiles&) const = default;
+};
+
+// What a cluster file holds: the hardware and the files it names.
+struct ClusterFile {
+  ClusterSpec cluster;
+  CalibrationFiles files;
+};
+
+// A cluster from a JSON file path; see docs/specs.md for the fields. Relative file names are
+// relative to the cluster file.
+Result<ClusterFile> load_cluster(const std::string& path);
+Result<ClusterFile> cluster_file_from_json(const Json& j, const std::string& what);
+// The hardware alone: a cluster that names files where none can be read (a published run, a
+// generated cell) is refused, naming the field.
 Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& what);
-Json cluster_to_json(const ClusterSpec& c);
+Json cluster_to_json(const ClusterSpec& c, const CalibrationFiles& files = {});
 // A GPU in the catalog form of data/gpus.json (every field; units in the keys).
 Json gpu_to_json(const GpuSpec& g);
 

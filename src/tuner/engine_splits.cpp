@@ -8,12 +8,6 @@
 
 namespace mist::tuner {
 
-std::vector<int64_t> even_split(int64_t L, int64_t pp) {
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < pp; ++i) out.push_back(L / pp + (i < L % pp ? 1 : 0));
-  return out;
-}
-
 namespace {
 
 bool valid(const std::vector<int64_t>& split, int64_t v) {
@@ -37,7 +31,7 @@ std::vector<std::vector<int64_t>> engine_splits(const SearchSpace& space, int64_
   }
   switch (space.split_rule) {
     case SplitRule::kEven:
-      add(out, even_split(L, pp), v);
+      add(out, plan::even_split(L, pp), v);
       break;
     case SplitRule::kDeepSpeedPartition: {
       auto split = engines::deepspeed_pipe_layers(L, pp, mixed_precision);
@@ -49,7 +43,7 @@ std::vector<std::vector<int64_t>> engine_splits(const SearchSpace& space, int64_
       // each `first`/`last` blocks fewer. With interleaving the capability model finds the
       // weights for the even split, or moves the plan to the nearest generated one.
       if (v > 1) {
-        add(out, even_split(L, pp), v);
+        add(out, plan::even_split(L, pp), v);
         break;
       }
       std::vector<std::pair<int64_t, int64_t>> weights{{1, 1}};
@@ -62,7 +56,7 @@ std::vector<std::vector<int64_t>> engine_splits(const SearchSpace& space, int64_
       break;
     }
     case SplitRule::kMegatronFirstLast: {
-      add(out, even_split(L, pp), v);
+      add(out, plan::even_split(L, pp), v);
       const int64_t mid = std::llround(double(L) / double(pp));
       const int64_t lo = std::max<int64_t>(1, mid - space.layer_slack), hi = mid + space.layer_slack;
       for (int64_t first = lo; first <= hi; ++first) {

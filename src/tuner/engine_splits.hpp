@@ -9,9 +9,6 @@
 
 namespace mist::tuner {
 
-// Blocks per stage as evenly as possible: the first L mod pp stages take one more.
-std::vector<int64_t> even_split(int64_t L, int64_t pp);
-
 // The splits of `L` blocks over `pp` stages with `v` model chunks per stage that `space.split_rule`
 // allows, the engine's default first, without repeats:
 //  - kEven: the even split;

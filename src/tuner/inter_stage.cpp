@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/time_model.hpp"
 #include "solver/solve.hpp"
 
 namespace mist::tuner {
@@ -31,8 +32,7 @@ bool dominates(const State& a, const State& b) {
 }  // namespace
 
 double pipeline_objective(double sum_t, double max_t, double exposed, double G, int64_t v) {
-  const double fill = v > 1 ? max_t + (sum_t - max_t) / static_cast<double>(v) : sum_t;
-  return fill + (G - 1) * max_t + std::max(0.0, exposed);
+  return analysis::pipeline_time(sum_t, max_t, exposed, G, v).total();
 }
 
 double plan_objective(const std::vector<Point>& stages, double G, int64_t v) {

@@ -1,8 +1,6 @@
 // The inter-stage search: given each stage's candidate settings per layer count, choose one per
-// stage, with layer counts summing to L, minimising the pipeline closed form
-//   fill + (G - 1)·max T_i + max(0, max_i(D_i - Σ_{j<i} B_j / v)),
-// fill = Σ T_i, or max T + (Σ T - max T)/v with v interleaved chunks per stage, B_j the backward
-// share of T_j (analysis/time_model.hpp).
+// stage, with layer counts summing to L, minimising the pipeline closed form of
+// analysis::pipeline_time (analysis/time_model.hpp, where the rule lives).
 // Three solvers over the same input: an exact dynamic programme (the default), Mist's MILP on
 // CBC, and an exhaustive branch and bound (the oracle, on unsampled candidates).
 #pragma once
@@ -25,7 +23,7 @@ struct StageChoice {
   double objective = 0;  // the closed form's iteration time
 };
 
-// The objective of a pipeline with these Σ T, max T and exposed delta.
+// The objective of a pipeline with these Σ T, max T and exposed delta (analysis::pipeline_time).
 double pipeline_objective(double sum_t, double max_t, double exposed, double G, int64_t v);
 // The objective of these stage points, in order.
 double plan_objective(const std::vector<Point>& stages, double G, int64_t v);

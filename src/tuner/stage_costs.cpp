@@ -9,39 +9,34 @@ namespace mist::tuner {
 
 Result<const sym::Program*> MemoryPrograms::get(const plan::Plan& layout, int index) {
   const bool sp = layout.sequence_parallel && layout.tp > 1;
-  const auto mkey = std::make_tuple(layout.tp, sp, static_cast<int>(layout.recompute));
-  auto mit = models_.find(mkey);
-  if (mit == models_.end()) {
-    auto lm = graph::lower(*m_, t_->seq_length, graph::lowering_options(*t_, sp));
-    MIST_TRY(auto memory, analysis::build_stage_memory_model(lm, *t_, layout.recompute));
-    mit = models_.emplace(mkey, Model{std::move(lm), std::move(memory)}).first;
-  }
+  MIST_TRY(const analysis::Lowering* lowering, job_->lowering(sp, layout.recompute));
   // Any setting: the knobs it sets are inputs, not bound.
   plan::StagePlan any;
   any.num_layers = 1;
-  sym::Bindings fixed = analysis::stage_knobs(mit->second.lm, *m_, *c_, layout, any, index, 0);
+  sym::Bindings fixed =
+      analysis::stage_knobs(lowering->model, job_->model(), job_->cluster(), layout, any, index, 0);
   for (const char* k : kInputs) fixed.erase(k);
-  const auto pkey = std::tuple_cat(mkey, std::make_tuple(fixed.at("E") > 0, fixed.at("H") > 0, fixed.at("T") > 0,
-                                                         fixed.at("Q") > 0));
+  const auto pkey = std::make_tuple(layout.tp, sp, static_cast<int>(layout.recompute), fixed.at("E") > 0,
+                                    fixed.at("H") > 0, fixed.at("T") > 0, fixed.at("Q") > 0);
   auto pit = programs_.find(pkey);
   if (pit != programs_.end()) return &pit->second;
-  const auto& memory = mit->second.memory;
+  const auto& memory = lowering->memory;
   std::vector<std::string> inputs(kInputs.begin(), kInputs.end());
   MIST_TRY(auto prog, sym::Program::compile(
                           {sym::substitute(memory.peak, fixed), sym::substitute(memory.host_bytes, fixed)}, inputs));
   return &programs_.emplace(pkey, std::move(prog)).first->second;
 }
 
-Result<StageCosts> StageCosts::create(const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                      const spec::TrainingSpec& t, const SearchSpace& space,
+Result<StageCosts> StageCosts::create(const analysis::PreparedJob& job, const SearchSpace& space,
                                       const plan::Plan& layout, MemoryPrograms& programs) {
   std::vector<const sym::Program*> progs;
   for (int i = 0; i < layout.pp; ++i) {
     MIST_TRY(auto prog, programs.get(layout, i));
     progs.push_back(prog);
   }
-  return StageCosts(c, space, layout, analysis::StageTimer::create(m, c, t, layout), std::move(progs),
-                    analysis::nccl_buffer_bytes(layout, c));
+  MIST_TRY(auto timer, analysis::StageTimer::create(job, layout));
+  return StageCosts(job.cluster(), space, layout, std::move(timer), std::move(progs),
+                    analysis::nccl_buffer_bytes(layout, job.cluster()));
 }
 
 void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
@@ -50,27 +45,9 @@ void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int inde
   const sym::Program& prog = *programs_[static_cast<size_t>(index)];
   constexpr size_t n_in = MemoryPrograms::kInputs.size();
   std::vector<double> in(n_in * rows), out(2 * rows);
-  const double dp = static_cast<double>(layout_.dp);
   const double in_flight = analysis::in_flight_micro_batches(layout_, index);
   for (size_t r = 0; r < rows; ++r) {
-    const auto& s = settings[r];
-    const double v[n_in] = {static_cast<double>(s.num_layers),
-                            static_cast<double>(s.ckpt_layers),
-                            s.zero >= 3 ? dp : 1.0,
-                            s.zero >= 2 ? dp : 1.0,
-                            s.zero >= 1 ? dp : 1.0,
-                            s.offload.weights,
-                            s.offload.gradients,
-                            s.offload.optimizer_states,
-                            s.offload.activations,
-                            (s.zero >= 3 && layout_.dp > 1) || s.offload.weights > 0 ? 1.0 : 0.0,
-                            (s.zero >= 2 && layout_.dp > 1) || s.offload.gradients > 0 ? 1.0 : 0.0,
-                            s.offload.optimizer_states > 0 ? 1.0 : 0.0,
-                            s.offload.activations > 0 ? 1.0 : 0.0,
-                            in_flight,
-                            static_cast<double>(layout_.micro_batch_size),
-                            dp,
-                            nccl_};
+    const auto v = analysis::setting_knob_values(layout_, settings[r], in_flight, nccl_);
     for (size_t k = 0; k < n_in; ++k) in[k * rows + r] = v[k];
   }
   prog.evaluate(in, rows, out);

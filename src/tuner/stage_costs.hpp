@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "analysis/memory_model.hpp"
+#include "analysis/prepared_job.hpp"
 #include "analysis/time_model.hpp"
 #include "graph/lower.hpp"
 #include "symbolic/program.hpp"
@@ -32,32 +33,24 @@ struct Point {
 // stage of the same kind (first, middle, last).
 class MemoryPrograms {
  public:
-  // Program inputs, in order.
-  static constexpr std::array<const char*, 17> kInputs = {"l",  "c", "zw", "zg", "zo", "wo", "go", "oo", "ao",
-                                                          "W",  "G", "O",  "A",  "p",  "b",  "d",  "C_nccl"};
-  MemoryPrograms(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t)
-      : m_(&m), c_(&c), t_(&t) {}
+  // Program inputs, in order: the knobs of a stage setting (analysis::kSettingKnobs).
+  static constexpr const auto& kInputs = analysis::kSettingKnobs;
+  // `job` must outlive the programs; its lowering (per sequence parallelism and recompute) is shared.
+  explicit MemoryPrograms(const analysis::PreparedJob& job) : job_(&job) {}
   // Outputs: peak GPU bytes, host bytes.
   Result<const sym::Program*> get(const plan::Plan& layout, int index);
   int64_t compiled() const { return static_cast<int64_t>(programs_.size()); }
 
  private:
-  struct Model {
-    graph::LoweredModel lm;
-    analysis::StageMemoryModel memory;
-  };
-  const spec::ModelSpec* m_;
-  const spec::ClusterSpec* c_;
-  const spec::TrainingSpec* t_;
-  std::map<std::tuple<int64_t, bool, int>, Model> models_;                           // tp, sp, recompute
-  std::map<std::tuple<int64_t, bool, int, bool, bool, bool, bool>, sym::Program> programs_;  // + E, H, T, Q
+  const analysis::PreparedJob* job_;
+  std::map<std::tuple<int64_t, bool, int, bool, bool, bool, bool>, sym::Program> programs_;  // tp, sp, recompute, E, H, T, Q
 };
 
 class StageCosts {
  public:
-  // `programs` must outlive the StageCosts.
-  static Result<StageCosts> create(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
-                                   const SearchSpace& space, const plan::Plan& layout, MemoryPrograms& programs);
+  // `job`, `space` and `programs` must outlive the StageCosts.
+  static Result<StageCosts> create(const analysis::PreparedJob& job, const SearchSpace& space,
+                                   const plan::Plan& layout, MemoryPrograms& programs);
 
   // Every setting of `settings` (one layer count) that fits at stage `index`, costed. Tracks the
   // setting with the smallest excess over GPU or host memory in `least` (may be null).

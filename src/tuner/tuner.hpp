@@ -2,8 +2,9 @@
 // per parallel layout, an intra-stage search evaluates every per-stage setting (ZeRO level,
 // recomputed blocks, offload fractions) for each stage position and layer count, keeps the
 // memory-feasible ones and samples their Pareto frontier of (stable time T, first/last extra D);
-// an inter-stage search then picks layer counts and one frontier point per stage minimising
-//   Σ T_i + (G - 1)·max T_i + max_i(D_i - Σ_{j<i} T_j).
+// an inter-stage search then picks layer counts and one frontier point per stage minimising the
+// pipeline closed form (analysis::pipeline_time)
+//   fill + (G - 1)·max T_i + max_i(D_i - Σ_{j<i} B_j / v),   fill = Σ T_i (v = 1).
 // The inter-stage search is an exact dynamic programme over stages whose states are
 // (Σ T, max T, exposed D) triples with dominated ones pruned (docs/tuner.md proves the pruning
 // safe), or Mist's MILP on CBC; `exhaustive` enumerates whole plans without any frontier, as the
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/prediction.hpp"
 #include "export/engine.hpp"
 #include "plan/plan.hpp"
 #include "tuner/space.hpp"
@@ -44,6 +46,9 @@ struct TuneOptions {
 
 struct Candidate {
   plan::Plan plan;
+  // What analysis::predict says of the plan (for the plans tune() returns; the closest plan's
+  // memory only when nothing fits).
+  analysis::Prediction prediction;
   double iteration_time_s = 0;    // as `mist predict` computes it
   double search_objective_s = 0;  // what the search computed for it (equal, unless a bug)
   double simulated_time_s = 0;    // the event simulation's iteration time (0 when not simulated)
@@ -72,7 +77,7 @@ struct TuneResult {
   TuneStats stats;
 };
 
-Result<TuneResult> tune(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
-                        const TuneOptions& options);
+// `job` is the prepared job (job::prepare): its calibration and lowering serve every layout.
+Result<TuneResult> tune(const analysis::PreparedJob& job, const TuneOptions& options);
 
 }  // namespace mist::tuner

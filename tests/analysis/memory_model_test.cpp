@@ -35,7 +35,7 @@ TEST(MemoryModel, ZeroPaperModelStates) {
     plan::StagePlan st;
     st.zero = zero;
     const auto p = plan::uniform_plan(m, 64, 1, 1, 1, 1, st);
-    auto pred = predict_memory(m, c, t, p);
+    auto pred = mist::testing::memory_of(m, c, t, p);
     ASSERT_TRUE(pred.has_value()) << pred.error().to_string();
     const auto& s = pred->stages[0];
     const double states = term(s, "weights") + term(s, "gradients") + term(s, "optimizer_states");
@@ -76,7 +76,7 @@ TEST(MemoryModel, BlockActivationsMatchKorthikanti) {
         auto p = plan::uniform_plan(m, 1, k.t, 1, k.b, 1, {});
         p.sequence_parallel = sp;
         p.recompute = selective ? plan::Recompute::kSelective : plan::Recompute::kNone;
-        auto pred = predict_memory(m, c, t, p);
+        auto pred = mist::testing::memory_of(m, c, t, p);
         ASSERT_TRUE(pred.has_value()) << pred.error().to_string();
         const auto& s = pred->stages[0];
         const double expected = korthikanti(k, sp, selective);
@@ -96,7 +96,7 @@ TEST(MemoryModel, FlashAttentionRemovesTheQuadraticTerm) {
   auto per_token = [&](int64_t seq, bool flash) {
     const auto t = training(8, seq, spec::Dtype::kBf16, flash, false);
     auto p = plan::uniform_plan(m, 1, 8, 1, 8, 1, {});
-    auto pred = predict_memory(m, c, t, p);
+    auto pred = mist::testing::memory_of(m, c, t, p);
     EXPECT_TRUE(pred.has_value());
     return pred->stages[0].block_activation_bytes / double(seq);
   };
@@ -110,7 +110,7 @@ TEST(MemoryModel, MemoryOptimisationsReduceTheirTerms) {
   const auto t = training(64, 2048, spec::Dtype::kBf16, true, false);
   auto predict = [&](plan::StagePlan st) {
     auto p = plan::uniform_plan(m, 2, 2, 2, 4, 8, st);
-    auto pred = predict_memory(m, c, t, p);
+    auto pred = mist::testing::memory_of(m, c, t, p);
     EXPECT_TRUE(pred.has_value()) << pred.error().to_string();
     return pred->stages[0];
   };
@@ -137,14 +137,14 @@ TEST(MemoryModel, FirstStageHoldsMoreMicroBatches) {
   const auto c = cluster("A100-SXM4-80GB", 1, 8);
   const auto t = training(64, 2048, spec::Dtype::kBf16, true, false);
   auto p = plan::uniform_plan(m, 1, 2, 4, 1, 64, {});
-  auto pred = predict_memory(m, c, t, p);
+  auto pred = mist::testing::memory_of(m, c, t, p);
   ASSERT_TRUE(pred.has_value());
   for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(pred->stages[i].in_flight, 4 - i);
   // Stage 0 holds 4 micro-batches, stage 2 holds 2 (same blocks; stage 0 adds the embedding).
   EXPECT_NEAR(term(pred->stages[0], "activations") / term(pred->stages[2], "activations"), 2.0, 0.01);
   // Fewer micro-batches than stages caps what is in flight.
   auto few = plan::uniform_plan(m, 1, 2, 4, 32, 2, {});
-  auto pf = predict_memory(m, c, t, few);
+  auto pf = mist::testing::memory_of(m, c, t, few);
   ASSERT_TRUE(pf.has_value());
   EXPECT_DOUBLE_EQ(pf->stages[0].in_flight, 2);
 }
@@ -187,7 +187,7 @@ TEST(MemoryModel, FitsComparesPeakWithCapacity) {
   const auto c = cluster("A100-SXM4-40GB", 1, 8);
   const auto t = training(8, 4096, spec::Dtype::kBf16, true, false);
   auto p = plan::uniform_plan(m, 1, 8, 1, 1, 8, {});
-  auto pred = predict_memory(m, c, t, p);
+  auto pred = mist::testing::memory_of(m, c, t, p);
   ASSERT_TRUE(pred.has_value());
   // 70B parameters with 18 bytes of state each over 8 GPUs cannot fit in 40 GB.
   EXPECT_FALSE(pred->fits);
@@ -207,7 +207,7 @@ TEST(MemoryModel, AbsurdProductsAreRefused) {
   // Each value is within its own bound; together they would need ~1e24 bytes.
   const auto t = mist::testing::training(1'000'000'000, 10'000'000, spec::Dtype::kBf16, false, false);
   auto p = plan::uniform_plan(m, 1, 1, 1, 1'000'000'000, 1, {});
-  auto pred = predict_memory(m, c, t, p);
+  auto pred = mist::testing::memory_of(m, c, t, p);
   ASSERT_FALSE(pred.has_value());
   EXPECT_EQ(pred.error().path, "plan");
   EXPECT_NE(pred.error().message.find("beyond any real machine"), std::string::npos);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "analysis/memory_model.hpp"
+#include "analysis/prediction.hpp"
 
 namespace mist::testing {
 
@@ -38,6 +39,25 @@ inline spec::ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_
   m.qkv_bias = m.linear_bias = true;
   m.tie_word_embeddings = true;
   return m;
+}
+
+// The one entry point (analysis::predict) on a job prepared without calibration files.
+inline Result<analysis::Prediction> predict(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                            const spec::TrainingSpec& t, const plan::Plan& p,
+                                            const analysis::TimeConstants& k = {}) {
+  MIST_TRY(auto job, analysis::PreparedJob::create(m, c, t, k));
+  return analysis::predict(job, p);
+}
+inline Result<analysis::MemoryPrediction> memory_of(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                                    const spec::TrainingSpec& t, const plan::Plan& p) {
+  MIST_TRY(auto pred, predict(m, c, t, p));
+  return pred.memory;
+}
+inline Result<analysis::TimePrediction> time_of(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                                const spec::TrainingSpec& t, const plan::Plan& p,
+                                                const analysis::TimeConstants& k = {}) {
+  MIST_TRY(auto pred, predict(m, c, t, p, k));
+  return pred.time;
 }
 
 }  // namespace mist::testing

@@ -33,7 +33,7 @@ struct Job {
   spec::ClusterSpec c = cluster("A100-SXM4-80GB", 2, 8);
   spec::TrainingSpec t = training(256, 4096, spec::Dtype::kBf16, true, false);
   TimePrediction run(const plan::Plan& p) {
-    auto r = predict_time(m, c, t, p);
+    auto r = mist::testing::time_of(m, c, t, p);
     EXPECT_TRUE(r.has_value()) << r.error().to_string();
     return r.value_or(TimePrediction{});
   }
@@ -98,7 +98,7 @@ TEST(TimeModel, TensorParallelCommunicationCanOverlap) {
   p.overlap_tp_comm = true;
   EXPECT_LT(s.run(p).iteration_time_s, serial);
   p.sequence_parallel = false;
-  auto bad = predict_time(s.m, s.c, s.t, p);
+  auto bad = mist::testing::time_of(s.m, s.c, s.t, p);
   ASSERT_FALSE(bad.has_value());
   EXPECT_EQ(bad.error().path, "plan.overlap_tp_comm");
 }

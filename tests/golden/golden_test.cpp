@@ -18,7 +18,7 @@
 
 #include <gtest/gtest.h>
 
-#include "analysis/published_runs.hpp"
+#include "calibration/published_runs.hpp"
 #include "cli/commands.hpp"
 #include "../common/sanitized.hpp"
 #include "core/json_fields.hpp"
@@ -75,18 +75,18 @@ void write_json(const fs::path& p, const Json& j) { std::ofstream(p) << j.dump(1
 
 // The job of a published run as the four files a user would give (`{model}` ... `{plan}`).
 void materialise_published(const Json& src, const fs::path& tmp) {
-  auto runs = analysis::load_published_runs(kSource + "/" + src.at("file").get<std::string>());
+  auto runs = calibration::load_published_runs(kSource + "/" + src.at("file").get<std::string>());
   ASSERT_TRUE(runs.has_value()) << runs.error().to_string();
   const auto& r = runs->runs.at(src.at("run").get<size_t>());
-  Json cluster = spec::cluster_to_json(r.cluster);
+  Json cluster = spec::cluster_to_json(r.job.cluster);
   if (src.contains("cluster")) {
     const Json extra = substitute(src.at("cluster"), tmp);
     for (auto it = extra.begin(); it != extra.end(); ++it) cluster[it.key()] = it.value();
   }
-  write_json(tmp / "model.json", spec::model_to_json(r.model));
+  write_json(tmp / "model.json", spec::model_to_json(r.job.model));
   write_json(tmp / "cluster.json", cluster);
-  write_json(tmp / "training.json", spec::training_to_json(r.training));
-  write_json(tmp / "plan.json", plan::plan_to_json(r.plan));
+  write_json(tmp / "training.json", spec::training_to_json(r.job.training));
+  write_json(tmp / "plan.json", plan::plan_to_json(r.job.plan));
 }
 
 std::vector<std::string> args_of(const Json& list, const fs::path& tmp) {

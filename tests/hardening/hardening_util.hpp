@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "analysis/memory_model.hpp"
+#include "analysis/prepared_job.hpp"
 #include "analysis/time_model.hpp"
 
 namespace mist::hardening {
@@ -28,13 +29,18 @@ struct Prediction {
   Result<analysis::TimePrediction> time;
 };
 
+// The two parts of analysis::predict apart, each after the same checks, so that a memory refusal
+// does not hide what the time model does with the same input.
 inline Prediction predict(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
                           const plan::Plan& p) {
-  return {analysis::predict_memory(m, c, t, p), analysis::predict_time(m, c, t, p)};
+  auto job = analysis::PreparedJob::create(m, c, t);
+  if (!job) return {std::unexpected(job.error()), std::unexpected(job.error())};
+  if (auto ok = plan::validate_plan(p, m, c, t); !ok) return {std::unexpected(ok.error()), std::unexpected(ok.error())};
+  return {analysis::stage_memory(*job, p), analysis::iteration_time(*job, p)};
 }
 
 // Each prediction is an error or reports only finite, non-negative numbers. (They may disagree:
-// predict_memory refuses a stage needing more than any machine has, predict_time does not.)
+// stage_memory refuses a stage needing more than any machine has, iteration_time does not.)
 inline ::testing::AssertionResult finite_or_error(const Prediction& p) {
   if (p.memory) {
     for (const auto& s : p.memory->stages) {

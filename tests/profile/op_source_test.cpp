@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include "../analysis/test_jobs.hpp"
+#include "analysis/prepared_job.hpp"
 #include "analysis/time_model.hpp"
+#include "job/prepare.hpp"
 #include "graph/lower.hpp"
 #include "spec/cluster.hpp"
 
@@ -114,13 +116,22 @@ TEST(Resolve, ExactThenScaledThenAnalytical) {
   EXPECT_EQ(resolve_op(&unknown, h100, spec::Dtype::kBf16, qkv, b.shape(), b.at).fwd, Source::kAnalytical);
 }
 
+analysis::StageTimer timer(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
+                           const plan::Plan& p, const analysis::TimeConstants& k = {}) {
+  auto job = analysis::PreparedJob::create(m, c, t, k);
+  EXPECT_TRUE(job) << job.error().to_string();
+  auto r = analysis::StageTimer::create(*job, p);
+  EXPECT_TRUE(r) << r.error().to_string();
+  return *r;
+}
+
 // StageTimer with a profile: measured block ops replace the analytical ones and are counted; with
 // no profile nothing changes.
 TEST(StageTimerProfile, UsesMeasuredBlockOpsAndCountsSources) {
   Block b;
   auto c = cluster("H100-SXM5-80GB", 1, 8);
   auto p = plan::uniform_plan(b.m, 1, 1, 1, 2, 4, {});
-  const auto plain = analysis::StageTimer::create(b.m, c, b.t, p);
+  const auto plain = timer(b.m, c, b.t, p);
   EXPECT_EQ(plain.op_sources().exact, 0);
   EXPECT_EQ(plain.op_sources().scaled, 0);
   EXPECT_GT(plain.op_sources().analytical, 10);
@@ -136,7 +147,7 @@ TEST(StageTimerProfile, UsesMeasuredBlockOpsAndCountsSources) {
   }
   analysis::TimeConstants k;
   k.profile = std::make_shared<const OpTable>(rows);
-  const auto measured = analysis::StageTimer::create(b.m, c, b.t, p, k);
+  const auto measured = timer(b.m, c, b.t, p, k);
   EXPECT_DOUBLE_EQ(measured.block_times().fwd, fwd);
   EXPECT_DOUBLE_EQ(measured.block_times().bwd, bwd);
   EXPECT_EQ(measured.op_sources().exact, static_cast<int>(rows.size()));
@@ -159,18 +170,19 @@ TEST(StageTimerProfile, ClusterFileNamesTheDatabase) {
   std::ofstream(dir / "cluster.json") << R"({"gpu": "H100-SXM5-80GB", "nodes": 1, "gpus_per_node": 1, "profile_db": "ops.db"})";
   auto c = spec::load_cluster((dir / "cluster.json").string());
   ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_EQ(c->profile_db, (dir / "ops.db").string());  // relative to the cluster file
-  auto p = plan::uniform_plan(b.m, 1, 1, 1, 2, 4, {});
-  auto t = analysis::predict_time(b.m, *c, b.t, p);
-  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(c->files.profile_db, (dir / "ops.db").string());  // relative to the cluster file
+  job::Job j{b.m, c->cluster, b.t, plan::uniform_plan(b.m, 1, 1, 1, 2, 4, {}), c->files};
+  auto pred = job::predict(j);
+  ASSERT_TRUE(pred) << pred.error().to_string();
+  const auto* t = &pred->time;
   EXPECT_EQ(t->op_sources.exact, 1);
   EXPECT_EQ(to_json(t->op_sources)["exact"], 1);
   EXPECT_NE(describe(t->op_sources).find("1 measured on this device"), std::string::npos);
   EXPECT_GT(t->iteration_time_s, 0.5 * 4 * 4);  // 4 layers × 4 micro-batches × a 0.5 s GEMM at least
 
   // A database that is not there: an error naming the field, not a silent fallback.
-  c->profile_db = (dir / "missing.db").string();
-  auto missing = analysis::predict_time(b.m, *c, b.t, p);
+  j.files.profile_db = (dir / "missing.db").string();
+  auto missing = job::predict(j);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().path, "cluster.profile_db");
   std::filesystem::remove_all(dir);
@@ -183,15 +195,16 @@ TEST(ClusterField, ProfileDbMustNameAFileAndRoundTrips) {
   auto wrong = spec::cluster_from_json(Json{{"gpu", "A100-SXM4-80GB"}, {"nodes", 1}, {"profile_db", 3}}, "cluster");
   ASSERT_FALSE(wrong);
   EXPECT_EQ(wrong.error().path, "cluster.profile_db");
-  auto c = spec::cluster_from_json(Json{{"gpu", "A100-SXM4-80GB"}, {"nodes", 1}, {"profile_db", "/x/ops.db"}}, "cluster");
+  auto c = spec::cluster_file_from_json(Json{{"gpu", "A100-SXM4-80GB"}, {"nodes", 1}, {"profile_db", "/x/ops.db"}},
+                                        "cluster");
   ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_EQ(c->profile_db, "/x/ops.db");
-  auto back = spec::cluster_from_json(spec::cluster_to_json(*c), "cluster");
+  EXPECT_EQ(c->files.profile_db, "/x/ops.db");
+  auto back = spec::cluster_file_from_json(spec::cluster_to_json(c->cluster, c->files), "cluster");
   ASSERT_TRUE(back);
-  EXPECT_EQ(*back, *c);
+  EXPECT_EQ(back->cluster, c->cluster);
+  EXPECT_EQ(back->files, c->files);
   // Without the field, the JSON form has none (unchanged output for every existing cluster).
-  c->profile_db.clear();
-  EXPECT_FALSE(spec::cluster_to_json(*c).contains("profile_db"));
+  EXPECT_FALSE(spec::cluster_to_json(c->cluster).contains("profile_db"));
 }
 
 }  // namespace

@@ -159,12 +159,35 @@ TEST(Cluster, LoadFromFile) {
   std::ofstream(file) << R"({"gpu": "H200-SXM-141GB", "nodes": 4})";
   auto c = load_cluster(file.string());
   ASSERT_TRUE(c.has_value()) << c.error().to_string();
-  EXPECT_EQ(c->num_gpus(), 32);
+  EXPECT_EQ(c->cluster.num_gpus(), 32);
+  EXPECT_TRUE(c->files.empty());
   std::ofstream(file) << R"({"gpu": "H200-SXM-141GB", "nodes": 4, "inter_node_GBps": -1})";
   expect_error(load_cluster(file.string()), "cluster.inter_node_GBps", "positive");
   EXPECT_NE(load_cluster(file.string()).error().message.find(file.string()), std::string::npos);
   std::filesystem::remove(file);
   expect_error(load_cluster(file.string()), file.string(), "cannot open");
+}
+
+// The files a cluster file names stay beside the hardware, relative to the cluster file; where no
+// file can be read (a cluster given inline), naming one is an error, not ignored.
+TEST(Cluster, FilesAreKeptApartFromTheHardware) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mist_spec_test_files-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "c.json") << R"({"gpu": "A100-SXM4-80GB", "nodes": 1, "profile_db": "ops.db",
+                                       "time_constants": "/abs/k.json"})";
+  auto c = load_cluster((dir / "c.json").string());
+  ASSERT_TRUE(c.has_value()) << c.error().to_string();
+  EXPECT_EQ(c->files.profile_db, (dir / "ops.db").string());
+  EXPECT_EQ(c->files.time_constants, "/abs/k.json");
+  const Json j = cluster_to_json(c->cluster, c->files);
+  EXPECT_EQ(j.at("profile_db"), (dir / "ops.db").string());
+  EXPECT_FALSE(cluster_to_json(c->cluster).contains("profile_db"));
+  auto back = cluster_file_from_json(j, "cluster");
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->cluster, c->cluster);
+  EXPECT_EQ(back->files, c->files);
+  expect_error(cluster_from_json(j, "runs[2].cluster"), "runs[2].cluster.profile_db", "names a file");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cluster, PcieBandwidth) {

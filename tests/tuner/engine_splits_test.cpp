@@ -42,7 +42,7 @@ TEST(EngineSplits, MegatronSplitsAreEvenOrFirstLastWithEqualMiddleStages) {
         if (v > 1 && (pp == 1 || L % (pp * v))) continue;  // the layouts the tuner builds
         const auto splits = engine_splits(space, L, pp, v);
         ASSERT_FALSE(splits.empty()) << L << " " << pp << " " << v;
-        EXPECT_EQ(splits.front(), even_split(L, pp));
+        EXPECT_EQ(splits.front(), plan::even_split(L, pp));
         const int64_t mid = std::llround(double(L) / double(pp));
         for (size_t k = 0; k < splits.size(); ++k) {
           const auto& s = splits[k];
@@ -130,8 +130,10 @@ struct Searched {
 
 Searched search_layout(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                        const spec::TrainingSpec& t, plan::Plan layout) {
-  MemoryPrograms programs(m, c, t);
-  auto costs = StageCosts::create(m, c, t, space, layout, programs);
+  auto job = prepare(m, c, t);
+  EXPECT_TRUE(job.has_value());
+  MemoryPrograms programs(*job);
+  auto costs = StageCosts::create(*job, space, layout, programs);
   EXPECT_TRUE(costs.has_value());
   TuneStats stats;
   std::vector<Point> least(static_cast<size_t>(layout.pp), Point{0, 0, 1e300, {}, 1e300});
@@ -165,9 +167,9 @@ TEST(EngineSplits, UnevenSplitWinsWhenTheHeadIsHeavy) {
   EXPECT_LT(split.back(), split[1]) << "the head's stage sheds blocks";
   EXPECT_TRUE(megatron_accepts(split, 1));
   // The search's value is what `mist predict` computes for the plan.
-  auto time = analysis::predict_time(m, c, t, b.plan);
-  ASSERT_TRUE(time.has_value());
-  EXPECT_NEAR(time->iteration_time_s, b.best->objective, 1e-9 * b.best->objective);
+  auto pred = predict(m, c, t, b.plan);
+  ASSERT_TRUE(pred.has_value());
+  EXPECT_NEAR(pred->time.iteration_time_s, b.best->objective, 1e-9 * b.best->objective);
   EXPECT_TRUE(engines::expressible(b.plan, engines::Engine::kMegatron, nullptr, &t));
 }
 

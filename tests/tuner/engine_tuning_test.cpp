@@ -153,8 +153,8 @@ TEST(EngineTuning, MegatronPlansHaveEvenMiddleStagesAndFirstLastFlags) {
       for (size_t i = 2; i + 1 < split.size(); ++i) EXPECT_EQ(split[i], split[1]);
       EXPECT_TRUE(engines::expressible(cand.plan, *o.engine, nullptr, &t));
       const auto flags = engines::megatron_split(split, cand.plan.virtual_pipeline_stages);
-      EXPECT_TRUE(!flags.layout || split == even_split(m.num_layers, cand.plan.pp));
-      uneven += split != even_split(m.num_layers, cand.plan.pp);
+      EXPECT_TRUE(!flags.layout || split == plan::even_split(m.num_layers, cand.plan.pp));
+      uneven += split != plan::even_split(m.num_layers, cand.plan.pp);
       expect_round_trip(*o.engine, cand.plan, m, c, t);
       ++plans;
     }
@@ -183,7 +183,7 @@ TEST(EngineTuning, UnevenFirstLastSplitWinsWhenTheHeadIsHeavy) {
   ASSERT_TRUE(uneven && even && !uneven->best.empty() && !even->best.empty());
   const auto& best = uneven->best.front();
   const auto split = split_of(best.plan);
-  EXPECT_NE(split, even_split(m.num_layers, best.plan.pp)) << plan::plan_to_json(best.plan).dump();
+  EXPECT_NE(split, plan::even_split(m.num_layers, best.plan.pp)) << plan::plan_to_json(best.plan).dump();
   EXPECT_LT(best.iteration_time_s, even->best.front().iteration_time_s * (1 - 1e-3));
   auto x = engines::export_plan(engines::Engine::kMegatron, m, c, t, best.plan);
   ASSERT_TRUE(x && x->exported);

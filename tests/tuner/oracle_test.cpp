@@ -3,7 +3,7 @@
 // within 1% of the exhaustive search (`TuneOptions::exhaustive`). The baselines (megatron,
 // deepspeed) take the uniform path, where exhaustive and hierarchical coincide; for them a second,
 // independent oracle enumerates every plan of the space and costs each with `mist predict`'s own
-// functions (predict_memory, predict_time).
+// function (analysis::predict).
 //
 // One test per job (TunerOracle/Jobs.*/k); each prints an `oracle:` line, and with
 // MIST_ORACLE_TABLE=<file> appends a tab-separated row to <file> (tools/oracle_table.py turns them
@@ -36,6 +36,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // The Debug ASan+UBSan build runs the symbolic model far slower (one `mist predict` takes ~1 s):
 // there every fourth job runs (tune_jobs.hpp's kSanitized), and without the enumeration with predict.
 using tuner::testing::kSanitized;
+using tuner::testing::tune;
 
 enum class Space { kMistSmall, kMistOffload, kMistPipeline, kMistInterleaved, kMegatron, kDeepSpeed };
 
@@ -191,6 +192,8 @@ const std::vector<Job>& jobs() {
 double brute_force_uniform(const SearchSpace& sp, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                            const spec::TrainingSpec& t, int64_t* plans) {
   double best = kInf;
+  auto job = analysis::PreparedJob::create(m, c, t);
+  if (!job) return best;
   for (plan::Plan p : layouts(sp, m, c, t)) {
     const int64_t lmax = (m.num_layers + p.pp - 1) / p.pp;
     for (const auto& s : stage_settings(sp, lmax, p.dp)) {
@@ -204,10 +207,9 @@ double brute_force_uniform(const SearchSpace& sp, const spec::ModelSpec& m, cons
       }
       ++*plans;
       if (!plan::validate_plan(p, m, c, t)) continue;
-      auto mem = analysis::predict_memory(m, c, t, p);
-      if (!mem || !mem->fits) continue;
-      auto time = analysis::predict_time(m, c, t, p);
-      if (time) best = std::min(best, time->iteration_time_s);
+      auto pred = analysis::predict(*job, p);
+      if (!pred || !pred->memory.fits) continue;
+      best = std::min(best, pred->time.iteration_time_s);
     }
   }
   return best;

@@ -57,8 +57,12 @@ TEST(StageCosts, TimeModelIsMonotoneWhereThePruningAssumesIt) {
   for (const auto& j : kJobs) {
     const auto f = fixture(j);
     const auto space = test_space();
+    const auto job = analysis::PreparedJob::create(f.m, f.c, f.t);
+    ASSERT_TRUE(job.has_value());
     for (const auto& layout : layouts(space, f.m, f.c, f.t)) {
-      auto timer = analysis::StageTimer::create(f.m, f.c, f.t, layout);
+      auto created = analysis::StageTimer::create(*job, layout);
+      ASSERT_TRUE(created.has_value());
+      const auto& timer = *created;
       const int64_t l = f.m.num_layers / layout.pp;
       const double v = static_cast<double>(layout.virtual_pipeline_stages);
       for (int i : {0, static_cast<int>(layout.pp) - 1})
@@ -99,9 +103,11 @@ TEST(StageCosts, CandidatesCoverEveryFittingSetting) {
     const Job& j = kJobs[k];
     const auto f = fixture(j);
     const auto space = test_space();
+    const auto job = analysis::PreparedJob::create(f.m, f.c, f.t);
+    ASSERT_TRUE(job.has_value());
     for (const auto& layout : layouts(space, f.m, f.c, f.t)) {
-      MemoryPrograms programs(f.m, f.c, f.t);
-      auto costs = StageCosts::create(f.m, f.c, f.t, space, layout, programs);
+      MemoryPrograms programs(*job);
+      auto costs = StageCosts::create(*job, space, layout, programs);
       ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
       const int64_t l = f.m.num_layers / layout.pp;
       const double v = static_cast<double>(layout.virtual_pipeline_stages);

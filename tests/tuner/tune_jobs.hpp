@@ -8,11 +8,28 @@
 #include "spec/model.hpp"
 #include "spec/training.hpp"
 #include "tuner/space.hpp"
+#include "tuner/tuner.hpp"
 #include "../common/sanitized.hpp"
 
 namespace mist::tuner::testing {
 
 using mist::testing::kSanitized;
+
+// The job prepared without calibration files, then the library's entry points.
+inline Result<analysis::PreparedJob> prepare(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                             const spec::TrainingSpec& t) {
+  return analysis::PreparedJob::create(m, c, t);
+}
+inline Result<TuneResult> tune(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
+                               const TuneOptions& o) {
+  MIST_TRY(auto job, prepare(m, c, t));
+  return tuner::tune(job, o);
+}
+inline Result<analysis::Prediction> predict(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                            const spec::TrainingSpec& t, const plan::Plan& p) {
+  MIST_TRY(auto job, prepare(m, c, t));
+  return analysis::predict(job, p);
+}
 
 inline spec::ClusterSpec cluster(const std::string& gpu, int64_t nodes, int64_t per_node) {
   return *spec::cluster_from_json(Json{{"gpu", gpu}, {"nodes", nodes}, {"gpus_per_node", per_node}}, "cluster");

@@ -37,10 +37,14 @@ TEST(Tuner, ReturnsFittingPlansThatPredictAgrees) {
   ASSERT_FALSE(r->best.empty());
   for (const auto& cand : r->best) {
     ASSERT_TRUE(plan::validate_plan(cand.plan, m, c, t).has_value());
-    auto mem = analysis::predict_memory(m, c, t, cand.plan);
-    ASSERT_TRUE(mem.has_value());
-    EXPECT_TRUE(mem->fits);
-    // The search's own closed-form value is what `mist predict` computes for the plan.
+    auto pred = predict(m, c, t, cand.plan);
+    ASSERT_TRUE(pred.has_value());
+    EXPECT_TRUE(pred->memory.fits);
+    // The candidate carries that prediction, and the search's own closed-form value is it.
+    EXPECT_EQ(cand.prediction.time.iteration_time_s, pred->time.iteration_time_s);
+    EXPECT_EQ(cand.prediction.memory.stages.size(), pred->memory.stages.size());
+    EXPECT_TRUE(cand.prediction.memory.fits);
+    EXPECT_EQ(cand.iteration_time_s, pred->time.iteration_time_s);
     EXPECT_NEAR(cand.search_objective_s / cand.iteration_time_s, 1.0, 1e-9);
   }
   for (size_t i = 1; i < r->best.size(); ++i)
@@ -135,9 +139,11 @@ TEST(Tuner, NearMissWhenNothingFits) {
   // 70B parameters with 16 bytes of state each need ~1.1 TB: more than 2 L4s plus the host hold.
   const auto& miss = *r->closest;
   EXPECT_GT(miss.shortfall_bytes + miss.host_shortfall_bytes, 100e9);
-  auto mem = analysis::predict_memory(m, c, training(8, 4096), miss.plan);
-  ASSERT_TRUE(mem.has_value());
-  EXPECT_FALSE(mem->fits);
+  auto pred = predict(m, c, training(8, 4096), miss.plan);
+  ASSERT_TRUE(pred.has_value());
+  EXPECT_FALSE(pred->memory.fits);
+  EXPECT_FALSE(miss.prediction.memory.fits);  // the closest plan carries its memory
+  EXPECT_EQ(miss.prediction.memory.stages.size(), miss.plan.stages.size());
 }
 
 TEST(Tuner, NamedSpaces) {

@@ -18,15 +18,13 @@
 
 #include "analysis/time_model.hpp"
 #include "core/json_fields.hpp"
+#include "job/job.hpp"
 
-namespace mist::analysis {
+namespace mist::calibration {
 
 struct PublishedRun {
   std::string name;
-  spec::ModelSpec model;
-  spec::ClusterSpec cluster;
-  spec::TrainingSpec training;
-  plan::Plan plan;
+  job::Job job;                 // as the source states it (no calibration files)
   double iteration_time_s = 0;  // measured
 };
 
@@ -49,7 +47,7 @@ struct RunError {
 };
 
 // The model's prediction for every run under constants `k`.
-Result<std::vector<RunError>> run_errors(const std::vector<PublishedRun>& runs, const TimeConstants& k = {});
+Result<std::vector<RunError>> run_errors(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& k = {});
 double mean_abs_error(const std::vector<RunError>& e);
 double max_abs_error(const std::vector<RunError>& e);
 
@@ -62,6 +60,6 @@ struct RunsFit {
 // The matmul efficiency in [0.2, 1] that minimises the mean absolute error over `runs`: a scan
 // then a golden-section search (the error is a sum of monotone terms in the efficiency). All runs
 // must share one GPU and one precision (the constant is that device's in that precision).
-Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, const TimeConstants& base = {});
+Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& base = {});
 
-}  // namespace mist::analysis
+}  // namespace mist::calibration

@@ -1,4 +1,4 @@
-#include "analysis/published_runs.hpp"
+#include "calibration/published_runs.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,12 +6,14 @@
 
 #include <fmt/format.h>
 
-namespace mist::analysis {
+#include "analysis/prediction.hpp"
+
+namespace mist::calibration {
 
 namespace {
 
 // The plan's stages from "every_stage": the uniform split (earlier stages take the remainder, as
-// plan::uniform_plan), each stage a copy of every_stage; "ckpt_layers": "all" recomputes every block.
+// plan::even_split), each stage a copy of every_stage; "ckpt_layers": "all" recomputes every block.
 Result<Json> with_uniform_stages(const Json& plan, const Json& every, const spec::ModelSpec& m,
                                  const std::string& plan_path, const std::string& every_path) {
   MIST_TRY(JsonFields pf, JsonFields::of(plan, plan_path));
@@ -28,7 +30,7 @@ Result<Json> with_uniform_stages(const Json& plan, const Json& every, const spec
   out["stages"] = Json::array();
   for (int64_t i = 0; i < pp; ++i) {
     Json s = every;
-    s["num_layers"] = m.num_layers / pp + (i < m.num_layers % pp ? 1 : 0);
+    s["num_layers"] = plan::even_split_layers(m.num_layers, pp, i);
     if (all) s["ckpt_layers"] = s["num_layers"];
     out["stages"].push_back(s);
   }
@@ -47,30 +49,30 @@ Result<PublishedRun> run_from_json(const Json& j, const std::string& path,
   if (mj.is_string()) {
     const std::string name = mj.get<std::string>();
     if (auto it = models.find(name); it != models.end()) {
-      r.model = it->second;
+      r.job.model = it->second;
     } else {
       auto cat = spec::catalog_model(name);
       if (!cat)
         return fail(f.field_path("model"), "'" + name + "' is neither in this file's models nor in the catalog");
-      r.model = *cat;
+      r.job.model = *cat;
     }
   } else {
-    MIST_TRY(r.model, spec::model_from_json(mj, f.field_path("model")));
+    MIST_TRY(r.job.model, spec::model_from_json(mj, f.field_path("model")));
   }
   for (const char* key : {"cluster", "training", "plan"})
     if (!f.has(key)) return fail(f.field_path(key), "is required but missing");
-  MIST_TRY(r.cluster, spec::cluster_from_json(f.raw("cluster"), f.field_path("cluster")));
-  MIST_TRY(r.training, spec::training_from_json(f.raw("training"), f.field_path("training")));
+  MIST_TRY(r.job.cluster, spec::cluster_from_json(f.raw("cluster"), f.field_path("cluster")));
+  MIST_TRY(r.job.training, spec::training_from_json(f.raw("training"), f.field_path("training")));
   Json plan = f.raw("plan");
   if (f.has("every_stage")) {
     if (plan.is_object() && plan.contains("stages"))
       return fail(f.field_path("every_stage"), "cannot be used when the plan lists its stages");
-    MIST_TRY(plan, with_uniform_stages(plan, f.raw("every_stage"), r.model, f.field_path("plan"),
+    MIST_TRY(plan, with_uniform_stages(plan, f.raw("every_stage"), r.job.model, f.field_path("plan"),
                                        f.field_path("every_stage")));
   }
-  MIST_TRY(r.plan, plan::plan_from_json(plan, f.field_path("plan")));
+  MIST_TRY(r.job.plan, plan::plan_from_json(plan, f.field_path("plan")));
   MIST_TRY(r.iteration_time_s, f.number("iteration_time_s", 1e-9, 1e9));
-  if (auto ok = plan::validate_plan(r.plan, r.model, r.cluster, r.training); !ok)
+  if (auto ok = plan::validate_plan(r.job.plan, r.job.model, r.job.cluster, r.job.training); !ok)
     return fail(path + "." + ok.error().path, ok.error().message);
   return r;
 }
@@ -107,13 +109,35 @@ Result<PublishedRuns> load_published_runs(const std::string& path) {
   return load_json_as(path, path, published_runs_from_json);
 }
 
-Result<std::vector<RunError>> run_errors(const std::vector<PublishedRun>& runs, const TimeConstants& k) {
-  std::vector<RunError> out;
+namespace {
+
+// Every run prepared once: a fit predicts each run many times with other constants.
+Result<std::vector<analysis::PreparedJob>> prepare_runs(const std::vector<PublishedRun>& runs,
+                                                        const analysis::TimeConstants& k) {
+  std::vector<analysis::PreparedJob> out;
   for (const auto& r : runs) {
-    MIST_TRY(auto pred, predict_time(r.model, r.cluster, r.training, r.plan, k));
-    out.push_back({r.name, r.iteration_time_s, pred.iteration_time_s});
+    MIST_TRY(auto job, analysis::PreparedJob::create(r.job.model, r.job.cluster, r.job.training, k));
+    out.push_back(std::move(job));
   }
   return out;
+}
+
+Result<std::vector<RunError>> errors_of(const std::vector<PublishedRun>& runs,
+                                        const std::vector<analysis::PreparedJob>& jobs,
+                                        const analysis::TimeConstants& k) {
+  std::vector<RunError> out;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    MIST_TRY(auto pred, analysis::predict(jobs[i].with_constants(k), runs[i].job.plan));
+    out.push_back({runs[i].name, runs[i].iteration_time_s, pred.time.iteration_time_s});
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<RunError>> run_errors(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& k) {
+  MIST_TRY(auto jobs, prepare_runs(runs, k));
+  return errors_of(runs, jobs, k);
 }
 
 double mean_abs_error(const std::vector<RunError>& e) {
@@ -128,22 +152,23 @@ double max_abs_error(const std::vector<RunError>& e) {
   return m;
 }
 
-Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, const TimeConstants& base) {
+Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& base) {
   if (runs.empty()) return fail("runs", "no runs to fit");
   for (const auto& r : runs) {
-    if (r.cluster.gpu.name != runs[0].cluster.gpu.name)
+    if (r.job.cluster.gpu.name != runs[0].job.cluster.gpu.name)
       return fail("runs", fmt::format("'{}' runs on {}, '{}' on {}: fit one GPU at a time", runs[0].name,
-                                      runs[0].cluster.gpu.name, r.name, r.cluster.gpu.name));
-    if (r.training.precision != runs[0].training.precision)
+                                      runs[0].job.cluster.gpu.name, r.name, r.job.cluster.gpu.name));
+    if (r.job.training.precision != runs[0].job.training.precision)
       return fail("runs", fmt::format("'{}' and '{}' train in different precisions: fit one at a time", runs[0].name,
                                       r.name));
   }
   RunsFit fit;
-  MIST_TRY(fit.before, run_errors(runs, base));
+  MIST_TRY(auto jobs, prepare_runs(runs, base));
+  MIST_TRY(fit.before, errors_of(runs, jobs, base));
   auto cost = [&](double e) -> Result<double> {
-    TimeConstants k = base;
+    analysis::TimeConstants k = base;
     k.perf.matmul_efficiency = e;
-    MIST_TRY(auto errs, run_errors(runs, k));
+    MIST_TRY(auto errs, errors_of(runs, jobs, k));
     return mean_abs_error(errs);
   };
   // Scan, then golden-section search around the best point of the scan.
@@ -169,10 +194,10 @@ Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, con
     }
   }
   fit.matmul_efficiency = std::round((lo + hi) / 2 * 1e4) / 1e4;
-  TimeConstants k = base;
+  analysis::TimeConstants k = base;
   k.perf.matmul_efficiency = fit.matmul_efficiency;
-  MIST_TRY(fit.after, run_errors(runs, k));
+  MIST_TRY(fit.after, errors_of(runs, jobs, k));
   return fit;
 }
 
-}  // namespace mist::analysis
+}  // namespace mist::calibration

@@ -1,12 +1,14 @@
 // Published runs as mist jobs: the file form, its errors, and the matmul-efficiency fit.
-#include "analysis/published_runs.hpp"
+#include "calibration/published_runs.hpp"
 
 #include <gtest/gtest.h>
 
 #include "../common/sanitized.hpp"
 
-namespace mist::analysis {
+namespace mist::calibration {
 namespace {
+
+using analysis::TimeConstants;
 
 // Two small GPT runs on one A100 node (the shapes of gpt3-1.3b, layers cut for speed).
 Json runs_json() {
@@ -34,13 +36,13 @@ TEST(PublishedRuns, ReadsRunsWithUniformOrListedStages) {
   auto r = published_runs_from_json(runs_json(), "runs.json");
   ASSERT_TRUE(r.has_value()) << r.error().to_string();
   ASSERT_EQ(r->runs.size(), 2u);
-  const auto& p = r->runs[0].plan;
+  const auto& p = r->runs[0].job.plan;
   ASSERT_EQ(p.stages.size(), 2u);
   EXPECT_EQ(p.stages[0].num_layers, 4);
   EXPECT_EQ(p.stages[1].ckpt_layers, 4);  // "all"
   EXPECT_EQ(p.stages[1].zero, 1);
-  EXPECT_TRUE(r->runs[1].plan.sequence_parallel);
-  EXPECT_EQ(r->runs[1].model.hidden_size, 2048);
+  EXPECT_TRUE(r->runs[1].job.plan.sequence_parallel);
+  EXPECT_EQ(r->runs[1].job.model.hidden_size, 2048);
 }
 
 TEST(PublishedRuns, BadInputNamesTheField) {
@@ -102,4 +104,4 @@ TEST(PublishedRuns, FitRefusesMixedGpusOrPrecisions) {
 }
 
 }  // namespace
-}  // namespace mist::analysis
+}  // namespace mist::calibration

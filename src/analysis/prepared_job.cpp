@@ -1,0 +1,65 @@
+#include "analysis/prepared_job.hpp"
+
+#include <array>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "graph/lower.hpp"
+
+namespace mist::analysis {
+
+struct PreparedJob::Cache {
+  std::mutex mu;
+  // [sequence parallel][recompute mode]; a built entry never moves, so pointers to it stay valid.
+  std::array<std::array<std::optional<Result<std::unique_ptr<Lowering>>>, 2>, 2> lowerings;
+};
+
+Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
+                                        TimeConstants constants, Calibration calibration) {
+  MIST_CHECK(plan::validate_precision(cluster, training));
+  auto inputs = std::make_shared<const Inputs>(Inputs{std::move(model), std::move(cluster), std::move(training)});
+  return PreparedJob(std::move(inputs), std::make_shared<Cache>(), std::move(constants), std::move(calibration));
+}
+
+PreparedJob PreparedJob::with_constants(TimeConstants constants) const {
+  return PreparedJob(inputs_, cache_, std::move(constants), calibration_);
+}
+
+Result<const Lowering*> PreparedJob::lowering(bool sequence_parallel, plan::Recompute recompute) const {
+  const size_t r = static_cast<size_t>(recompute);
+  if (r >= 2) return fail("plan.recompute", "unknown recompute mode");
+  std::lock_guard lock(cache_->mu);
+  auto& slot = cache_->lowerings[sequence_parallel ? 1 : 0][r];
+  if (!slot) {
+    const auto& t = training();
+    auto lm = graph::lower(model(), t.seq_length, graph::lowering_options(t, sequence_parallel));
+    auto memory = build_stage_memory_model(lm, t, recompute);
+    if (memory)
+      slot = std::make_unique<Lowering>(Lowering{std::move(lm), std::move(*memory)});
+    else
+      slot = std::unexpected(memory.error());
+  }
+  if (!*slot) return std::unexpected(slot->error());
+  return slot->value().get();
+}
+
+MatmulRate matmul_rate(const PreparedJob& job) {
+  MatmulRate r;
+  const auto& c = job.cluster();
+  hardware::PerfConstants k;
+  if (!job.calibration().constants_source.empty() && job.constants().perf.matmul_efficiency > 0) {
+    k = job.constants().perf;
+    r.source = job.calibration().constants_source;
+    r.calibrated = true;
+  } else {
+    r.source = c.gpu.matmul_bf16_flops > 0 && job.training().precision != spec::Dtype::kFp32
+                   ? "the catalog's measured MAMF"
+                   : fmt::format("{} of the dense peak (no MAMF measured)", k.default_matmul_efficiency);
+  }
+  r.flops = hardware::achievable_matmul_flops(c.gpu, job.training().precision, k);
+  return r;
+}
+
+}  // namespace mist::analysis

@@ -1,0 +1,79 @@
+// A job without its plan, checked once and ready to predict any plan (docs/architecture.md, "the
+// spine"): the model, the cluster's hardware and the training settings; the time model's constants
+// as values (fitted constants and measured op times already read: job::prepare reads the files, no
+// path reaches this layer); and the lowering of the model with its memory model, built once per
+// (sequence parallelism, recompute mode) and shared by every plan predicted, by every layout the
+// tuner visits, and by copies made with other constants.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "analysis/memory_model.hpp"
+#include "analysis/time_model.hpp"
+#include "graph/layer.hpp"
+#include "plan/plan.hpp"
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+#include "spec/training.hpp"
+
+namespace mist::analysis {
+
+// Where the time model's constants came from, for reports (a description, not a file to read).
+struct Calibration {
+  std::string constants_source;  // e.g. "cluster.time_constants (path)"; "" = the built-in defaults
+};
+
+// The model lowered into layers and its stage memory model for one (sequence parallelism, recompute).
+struct Lowering {
+  graph::LoweredModel model;
+  StageMemoryModel memory;
+};
+
+class PreparedJob {
+ public:
+  // Checks what no plan can change (the training precision on this GPU).
+  static Result<PreparedJob> create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
+                                    TimeConstants constants = {}, Calibration calibration = {});
+
+  const spec::ModelSpec& model() const { return inputs_->model; }
+  const spec::ClusterSpec& cluster() const { return inputs_->cluster; }
+  const spec::TrainingSpec& training() const { return inputs_->training; }
+  const TimeConstants& constants() const { return constants_; }
+  const Calibration& calibration() const { return calibration_; }
+
+  // The same job with other time-model constants (fits try many); the lowering stays shared.
+  PreparedJob with_constants(TimeConstants constants) const;
+
+  // Built on first use, then shared (thread-safe); valid for the life of every copy of the job.
+  // `sequence_parallel` is the plan's, already reduced to tp > 1.
+  Result<const Lowering*> lowering(bool sequence_parallel, plan::Recompute recompute) const;
+
+ private:
+  struct Inputs {
+    spec::ModelSpec model;
+    spec::ClusterSpec cluster;
+    spec::TrainingSpec training;
+  };
+  struct Cache;
+  PreparedJob(std::shared_ptr<const Inputs> inputs, std::shared_ptr<Cache> cache, TimeConstants constants,
+              Calibration calibration)
+      : inputs_(std::move(inputs)), cache_(std::move(cache)), constants_(std::move(constants)),
+        calibration_(std::move(calibration)) {}
+
+  std::shared_ptr<const Inputs> inputs_;
+  std::shared_ptr<Cache> cache_;  // shared by copies: the lowering does not depend on the constants
+  TimeConstants constants_;
+  Calibration calibration_;
+};
+
+// The GEMM rate the time model assumes for this job and where it came from: the first thing to
+// doubt in a predicted time (docs/time-model.md, "Checks against published runs").
+struct MatmulRate {
+  double flops = 0;
+  std::string source;
+  bool calibrated = false;  // a fitted matmul efficiency, not the catalog's figure
+};
+MatmulRate matmul_rate(const PreparedJob& job);
+
+}  // namespace mist::analysis
