@@ -41,7 +41,7 @@ int run_export(const ExportArgs& a, std::string& out, std::string& err) {
   if (!engine) return invalid_input(err, Error{"--to", engine.error().message});
   engines::ExportOptions opts;
   if (!a.out.empty() && *engine == engines::Engine::kDeepSpeed) opts.deepspeed_config_path = a.out;
-  auto r = engines::export_plan(*engine, job->model, job->cluster, job->training, job->plan, opts);
+  auto r = engines::export_plan(*engine, *job, opts);
   if (!r) return invalid_input(err, r.error());
   const char* name = engines::display_name(*engine);
   if (!r->exported) {

@@ -8,6 +8,7 @@
 #include "core/json_fields.hpp"
 #include "export/capability.hpp"
 #include "export/engine.hpp"
+#include "job/job.hpp"
 #include "plan/plan.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
@@ -67,7 +68,6 @@ struct ImportedJob {
 
 // Exports `p` for engine `e` after checking it against the job; a job that is invalid
 // (validate_plan) is an error, a plan the engine cannot run is a refusal (ExportResult::reasons).
-Result<ExportResult> export_plan(Engine e, const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                 const spec::TrainingSpec& t, const plan::Plan& p, const ExportOptions& o = {});
+Result<ExportResult> export_plan(Engine e, const job::Job& job, const ExportOptions& o = {});
 
 }  // namespace mist::engines

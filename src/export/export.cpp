@@ -5,8 +5,9 @@
 
 namespace mist::engines {
 
-Result<ExportResult> export_plan(Engine e, const spec::ModelSpec& m, const spec::ClusterSpec& c,
-                                 const spec::TrainingSpec& t, const plan::Plan& p, const ExportOptions& o) {
+Result<ExportResult> export_plan(Engine e, const job::Job& job, const ExportOptions& o) {
+  const auto& [m, c, t, p, files] = job;
+  (void)files;  // engines take no calibration
   MIST_CHECK(plan::validate_plan(p, m, c, t));
   ExportResult r;
   r.reasons = inexpressible_reasons(p, e, &t);

@@ -20,7 +20,7 @@ std::vector<Option> flags(std::initializer_list<std::pair<const char*, const cha
 
 std::vector<Option> exported(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
                              const plan::Plan& p) {
-  auto r = export_plan(Engine::kMegatron, m, c, t, p);
+  auto r = export_plan(Engine::kMegatron, {m, c, t, p, {}});
   EXPECT_TRUE(r) << (r ? "" : r.error().to_string());
   if (!r || !r->exported) {
     ADD_FAILURE() << "refused: " << (r && !r->reasons.empty() ? r->reasons[0].to_string() : "");
@@ -175,7 +175,7 @@ TEST(Megatron, RefusesWhatItCannotRunAndNamesTheField) {
   p.stages[1].ckpt_layers = 2;   // a second recompute count
   p.stages[0].offload.weights = 0.5;
   p.stages[1].offload.activations = 0.2;
-  auto r = export_plan(Engine::kMegatron, m, c, t, p);
+  auto r = export_plan(Engine::kMegatron, {m, c, t, p, {}});
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->exported);
   std::vector<std::string> paths;

@@ -119,7 +119,7 @@ TEST(OptionNames, EveryExportedNameOverManyPlansIsAChecked) {
       const auto p = testing::random_plan(rng, m, c, t);
       for (Engine e : all_engines()) {
         if (e == Engine::kTorchtitan && t.precision == spec::Dtype::kFp16) continue;
-        auto r = export_plan(e, m, c, t, nearest_expressible(p, e, &t).plan);
+        auto r = export_plan(e, {m, c, t, nearest_expressible(p, e, &t).plan, {}});
         ASSERT_TRUE(r && r->exported);
         const auto& checked = e == Engine::kMegatron    ? kMegatronNames
                               : e == Engine::kDeepSpeed ? kMegatronDeepSpeedNames

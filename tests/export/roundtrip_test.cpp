@@ -71,7 +71,7 @@ TEST(RoundTrip, NearestThenExportThenImportGivesThePlanBack) {
         EXPECT_EQ(n.changes.empty(), n.plan == p);
         (n.plan == p ? exported : refused)++;
 
-        auto r = export_plan(e, job.m, job.c, job.t, n.plan);
+        auto r = export_plan(e, {job.m, job.c, job.t, n.plan, {}});
         ASSERT_TRUE(r) << r.error().to_string();
         ASSERT_TRUE(r->exported);
         auto back = import_back(e, *r->exported, job.m, job.c);

@@ -14,7 +14,7 @@ using testing::training;
 
 std::vector<std::string> lines(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t,
                                const plan::Plan& p) {
-  auto r = export_plan(Engine::kTorchtitan, m, c, t, p);
+  auto r = export_plan(Engine::kTorchtitan, {m, c, t, p, {}});
   EXPECT_TRUE(r && r->exported) << (r && !r->reasons.empty() ? r->reasons[0].to_string() : "");
   std::vector<std::string> out;
   if (r && r->exported)

@@ -105,7 +105,7 @@ std::vector<int64_t> split_of(const plan::Plan& p) {
 // Export to the engine, import back: the same plan (up to fields without effect).
 void expect_round_trip(engines::Engine e, const plan::Plan& p, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                        const spec::TrainingSpec& t) {
-  auto x = engines::export_plan(e, m, c, t, p);
+  auto x = engines::export_plan(e, {m, c, t, p, {}});
   ASSERT_TRUE(x.has_value()) << x.error().to_string();
   ASSERT_TRUE(x->exported) << plan::plan_to_json(p).dump();
   const std::string flags = engines::render_options(x->exported->options);
@@ -185,7 +185,7 @@ TEST(EngineTuning, UnevenFirstLastSplitWinsWhenTheHeadIsHeavy) {
   const auto split = split_of(best.plan);
   EXPECT_NE(split, plan::even_split(m.num_layers, best.plan.pp)) << plan::plan_to_json(best.plan).dump();
   EXPECT_LT(best.iteration_time_s, even->best.front().iteration_time_s * (1 - 1e-3));
-  auto x = engines::export_plan(engines::Engine::kMegatron, m, c, t, best.plan);
+  auto x = engines::export_plan(engines::Engine::kMegatron, {m, c, t, best.plan, {}});
   ASSERT_TRUE(x && x->exported);
   bool first_last = false;
   for (const auto& opt : x->exported->options)
