@@ -6,8 +6,6 @@ namespace mist::engines {
 
 namespace {
 
-constexpr std::array<Engine, 3> kEngines{Engine::kMegatron, Engine::kDeepSpeed, Engine::kTorchtitan};
-
 // Megatron-LM @ d98e8a64: one --recompute-num-layers for all stages (transformer_config.py,
 // recompute.py), distributed optimizer = ZeRO-1, Megatron-FSDP optim_grads / optim_grads_params
 // = ZeRO-2/3 (arguments.py), --optimizer-offload-fraction needs the precision-aware (Adam)
@@ -79,32 +77,6 @@ constexpr EngineCaps kTorchtitanCaps{
 };
 
 }  // namespace
-
-const char* to_string(Engine e) {
-  switch (e) {
-    case Engine::kMegatron: return "megatron";
-    case Engine::kDeepSpeed: return "deepspeed";
-    case Engine::kTorchtitan: return "torchtitan";
-  }
-  return "?";
-}
-
-const char* display_name(Engine e) {
-  switch (e) {
-    case Engine::kMegatron: return "Megatron-LM";
-    case Engine::kDeepSpeed: return "DeepSpeed";
-    case Engine::kTorchtitan: return "torchtitan";
-  }
-  return "?";
-}
-
-Result<Engine> engine_from_string(std::string_view name) {
-  for (Engine e : kEngines)
-    if (name == to_string(e)) return e;
-  return fail("engine", "unknown engine '" + std::string(name) + "' (megatron, deepspeed or torchtitan)");
-}
-
-std::span<const Engine> all_engines() { return kEngines; }
 
 const EngineCaps& engine_caps(Engine e) {
   switch (e) {

@@ -8,19 +8,16 @@
 #include <string_view>
 
 #include "core/result.hpp"
+#include "spec/engine.hpp"
 
 namespace mist::engines {
 
-enum class Engine {
-  kMegatron,    // NVIDIA Megatron-LM: command-line flags
-  kDeepSpeed,   // DeepSpeed JSON config, with Megatron-DeepSpeed flags for TP/PP/recompute
-  kTorchtitan,  // torchtitan: --section.field overrides
-};
-
-const char* to_string(Engine e);      // "megatron", "deepspeed", "torchtitan"
-const char* display_name(Engine e);   // "Megatron-LM", ...
-Result<Engine> engine_from_string(std::string_view name);
-std::span<const Engine> all_engines();
+// The stack is an input (spec/engine.hpp); this folder says what each can run.
+using spec::Engine;
+using spec::all_engines;
+using spec::display_name;
+using spec::engine_from_string;
+using spec::to_string;
 
 // A repository and the commit whose source the option names were checked against.
 struct SourceRef {
