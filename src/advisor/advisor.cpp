@@ -52,9 +52,10 @@ Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec:
   row.price = find_price(o.prices, c.gpu.name);
   tuner::TuneOptions to;
   to.space = o.space;
+  to.engine = o.engine;
   to.top = 1;
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  auto prepared = job::prepare(m, c, t, o.calibration);
+  auto prepared = job::prepare(m, c, t, o.calibration, o.prepare);
   auto r = prepared ? tuner::tune(*prepared, to) : Result<tuner::TuneResult>(std::unexpected(prepared.error()));
   if (!r) {
     // The GPU cannot run this job at all (no bf16, no layout of this many GPUs): a row, not an abort.

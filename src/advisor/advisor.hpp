@@ -27,6 +27,8 @@ struct AdvisorOptions {
   double tokens = 1e12;                   // training budget
   std::optional<int64_t> gpus_per_node;   // node shape; default: the catalog's per GPU type
   tuner::SearchSpace space;               // what the tuner searches in every cell
+  std::optional<engines::Engine> engine;  // only plans this engine runs (tuner::TuneOptions::engine)
+  job::PrepareOptions prepare;            // the stack whose calibration every cell uses
   std::vector<GpuPrice> prices;           // US$ per GPU-hour by GPU type (may miss some)
   int threads = 2;                        // cells tuned at once (the tuner is re-entrant)
   // Measured op times for every cell's cluster (docs/profile.md): exact rows for a GPU type that

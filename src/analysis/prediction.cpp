@@ -8,6 +8,7 @@ Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p) {
   MIST_TRY(out.memory, stage_memory(job, p));
   MIST_TRY(out.time, iteration_time(job, p));
   out.matmul_rate = matmul_rate(job);
+  out.calibration = job.calibration();
   return out;
 }
 

@@ -13,7 +13,8 @@ namespace mist::analysis {
 struct Prediction {
   MemoryPrediction memory;
   TimePrediction time;
-  MatmulRate matmul_rate;  // the GEMM rate the time model assumed, and its source
+  MatmulRate matmul_rate;   // the GEMM rate the time model assumed, and its source
+  Calibration calibration;  // the constants' provenance: which fit, on how many runs, its error
 };
 
 // Checks the plan against the job (plan::validate_plan; the error names the rule), then predicts.

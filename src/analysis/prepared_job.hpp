@@ -22,6 +22,18 @@ namespace mist::analysis {
 // Where the time model's constants came from, for reports (a description, not a file to read).
 struct Calibration {
   std::string constants_source;  // e.g. "cluster.time_constants (path)"; "" = the built-in defaults
+  // "stack": a shipped fit of the job's software stack; "file": the cluster's time_constants file;
+  // "none": the physics alone (--uncalibrated, or no fit applies).
+  std::string kind = "none";
+  std::string engine;       // the stack asked for ("megatron", ...)
+  std::string stack;        // the stack the fit is of, in words
+  std::string fitted_gpu;   // the GPU the fit's runs ran on
+  std::string note;         // why this calibration (or none)
+  std::string source;       // the published source of the runs
+  int runs = 0;             // runs fitted on, and their mean |error| after the fit
+  double mean_error = 0;
+  int held_out_runs = 0;    // runs of another source scored with the fit
+  double held_out_mean_error = 0, held_out_max_error = 0;
 };
 
 // The model lowered into layers and its stage memory model for one (sequence parallelism, recompute).

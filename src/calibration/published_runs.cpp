@@ -81,11 +81,18 @@ Result<PublishedRun> run_from_json(const Json& j, const std::string& path,
 
 Result<PublishedRuns> published_runs_from_json(const Json& j, const std::string& what) {
   MIST_TRY(JsonFields f, JsonFields::of(j, what));
-  MIST_CHECK(f.reject_unknown({"published_runs_version", "source", "comment", "models", "runs"}));
+  MIST_CHECK(f.reject_unknown({"published_runs_version", "source", "comment", "engine", "stack", "models", "runs"}));
   MIST_TRY(int64_t version, f.integer("published_runs_version", 1, 1));
   (void)version;
   PublishedRuns out;
   MIST_TRY(out.source, f.string("source"));
+  if (f.has("engine")) {
+    MIST_TRY(std::string engine, f.string("engine"));
+    auto e = spec::engine_from_string(engine);
+    if (!e) return fail(f.field_path("engine"), e.error().message);
+    out.engine = *e;
+  }
+  MIST_TRY(out.stack, f.string_or("stack", ""));
   std::map<std::string, spec::ModelSpec> models;
   if (f.has("models")) {
     const Json& ms = f.raw("models");

@@ -4,6 +4,7 @@
 //
 // File form:
 //   {"published_runs_version": 1, "source": "...", "comment": "...",
+//    "engine": "megatron" | "deepspeed" | "torchtitan", "stack": "...",   // optional
 //    "models": {"gpt-22b": {mist model form}},          // optional; runs may also name catalog models
 //    "runs": [{"name": "...", "model": "gpt-22b" | {model form},
 //              "cluster": {...}, "training": {...},
@@ -13,12 +14,14 @@
 //              "reported": {...}}]}                       // the source's own figures, kept, not read
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "analysis/time_model.hpp"
 #include "core/json_fields.hpp"
 #include "job/job.hpp"
+#include "spec/engine.hpp"
 
 namespace mist::calibration {
 
@@ -30,6 +33,10 @@ struct PublishedRun {
 
 struct PublishedRuns {
   std::string source;
+  // The software stack that ran them, when the file says ("engine": the --engine that selects a
+  // fit to them; "stack": the stack in words). Written into the constants `mist fit --runs` makes.
+  std::optional<spec::Engine> engine;
+  std::string stack;
   std::vector<PublishedRun> runs;
 };
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "calibration/published_runs.hpp"
+#include "spec/engine.hpp"
 #include "cli/commands.hpp"
 #include "cli/fit_output.hpp"
 #include "cli/job.hpp"
@@ -76,7 +77,9 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
                         {"max_rel_error", ha.max}, {"mean_rel_error_defaults", hb.mean},
                         {"max_rel_error_defaults", hb.max}};
   }
-  const Json constants = hardware::constants_to_json(r, gpu.name, gpu.name, dtype_name, prov);
+  Json constants = hardware::constants_to_json(r, gpu.name, gpu.name, dtype_name, prov);
+  if (runs->engine) constants["engine"] = spec::to_string(*runs->engine);
+  if (!runs->stack.empty()) constants["stack"] = runs->stack;
   if (auto done = emit_constants(constants, a.out, a.json, out, err)) return *done;
   const double mamf = hardware::achievable_matmul_flops(gpu, dtype) / hardware::peak_matmul_flops(gpu, dtype);
   out += fmt::format("matmul efficiency of {} in {} fitted to {} published runs ({})\n", gpu.name, dtype_name,

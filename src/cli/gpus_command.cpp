@@ -19,7 +19,8 @@ namespace mist::cli {
 namespace {
 
 struct GpusArgs {
-  std::string model, training, prices, space = "mist", profile_db;
+  std::string model, training, prices, space = "mist", profile_db, engine;
+  CalibrationArgs calibration;  // its engine is the --engine above
   std::vector<std::string> candidates;
   std::vector<int64_t> counts = {8, 16, 64};
   double tokens = 1e12;
@@ -130,9 +131,22 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
   auto training = spec::load_training(a.training);
   if (!training) return invalid_input(err, training.error());
   advisor::AdvisorOptions o;
-  auto space = tuner::named_space(a.space);
-  if (!space) return invalid_input(err, space.error());
-  o.space = *space;
+  CalibrationArgs calibration = a.calibration;
+  if (!a.engine.empty() && a.engine != "mist") {
+    if (a.space != "mist") return invalid_input(err, Error{"--engine", "give --engine or --space, not both"});
+    auto e = engines::engine_from_string(a.engine);
+    if (!e) return invalid_input(err, Error{"--engine", e.error().message});
+    o.engine = *e;
+    o.space = tuner::engine_space(*e);
+    calibration.engine = a.engine;
+  } else {
+    auto space = tuner::named_space(a.space);
+    if (!space) return invalid_input(err, space.error());
+    o.space = *space;
+  }
+  auto prepare = prepare_options(calibration);
+  if (!prepare) return invalid_input(err, prepare.error());
+  o.prepare = *prepare;
   if (a.fast) {
     // A coarser offload grid: 3^4 instead of 5^4 combinations per (ZeRO, checkpointing) pair.
     o.space.weight_offload = o.space.grad_offload = o.space.opt_offload = o.space.act_offload =
@@ -211,6 +225,10 @@ std::vector<Command> add_gpus_command(CLI::App& app) {
   g->add_option("--prices", a->prices,
                 "JSON file of [{\"gpu\", \"usd_per_gpu_hour\", \"date\", \"source\"}] replacing the built-in prices");
   g->add_option("--space", a->space, "search space: mist, megatron or deepspeed")->capture_default_str();
+  g->add_option("--engine", a->engine,
+                "only plans this engine can run (megatron, deepspeed, torchtitan), with the time model's calibration "
+                "for that stack (default: megatron's)");
+  add_calibration_options(g, a->calibration, /*with_engine=*/false);
   g->add_option("--gpus-per-node", a->gpus_per_node, "node size for every GPU type (default: the catalog's)")
       ->check(CLI::Range(1, 64));
   g->add_option("--profile-db", a->profile_db,

@@ -17,6 +17,24 @@ void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan) {
         ->required();
 }
 
+void add_calibration_options(CLI::App* cmd, CalibrationArgs& a, bool with_engine) {
+  if (with_engine)
+    cmd->add_option("--engine", a.engine,
+                    "the software stack you train with: megatron, deepspeed or torchtitan; selects the time model's "
+                    "calibration fitted to published runs of that stack")
+        ->capture_default_str();
+  cmd->add_flag("--uncalibrated", a.uncalibrated, "the physics alone: no stack calibration");
+}
+
+Result<job::PrepareOptions> prepare_options(const CalibrationArgs& a) {
+  job::PrepareOptions o;
+  auto e = spec::engine_from_string(a.engine);
+  if (!e) return fail("--engine", e.error().message);
+  o.engine = *e;
+  o.uncalibrated = a.uncalibrated;
+  return o;
+}
+
 Result<Job> load_job(const JobArgs& a) {
   Job job;
   MIST_TRY(job.model, spec::load_model(a.model));

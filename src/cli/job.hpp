@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "job/job.hpp"
+#include "job/prepare.hpp"
 
 namespace mist::cli {
 
@@ -15,8 +16,17 @@ struct JobArgs {
   std::string model, cluster, training, plan;
 };
 
+// --engine (the software stack, default megatron) and --uncalibrated: which calibration prepare uses.
+struct CalibrationArgs {
+  std::string engine = "megatron";
+  bool uncalibrated = false;
+};
+
 // Adds --model, --cluster, --training and (when `with_plan`) --plan, all required.
 void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan = true);
+// Adds --engine (unless the command has its own) and --uncalibrated.
+void add_calibration_options(CLI::App* cmd, CalibrationArgs& a, bool with_engine = true);
+Result<job::PrepareOptions> prepare_options(const CalibrationArgs& a);
 // Loads the files (or catalog names); without a plan file the plan is left default. The files the
 // cluster file names are kept for job::prepare, which reads them.
 Result<Job> load_job(const JobArgs& a);

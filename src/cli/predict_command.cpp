@@ -18,6 +18,7 @@ namespace {
 
 struct PredictArgs {
   JobArgs job;
+  CalibrationArgs calibration;
   std::string from_megatron;  // Megatron-LM flags instead of a plan file
   bool json = false;
   bool simulate = false;
@@ -45,7 +46,9 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   std::vector<std::string> notes;
   auto job = load_predict_job(a, notes);
   if (!job) return invalid_input(err, job.error());
-  auto pred = job::predict(*job);
+  auto options = prepare_options(a.calibration);
+  if (!options) return invalid_input(err, options.error());
+  auto pred = job::predict(*job, *options);
   if (!pred) return invalid_input(err, pred.error());
   // --simulate: the event simulation's iteration time replaces the closed form's.
   std::optional<sim::SimResult> simulated;
@@ -91,6 +94,7 @@ std::vector<Command> add_predict_commands(CLI::App& app) {
   p->add_option("--plan", pa->job.plan, "plan JSON file: dp, tp, pp, micro_batch_size, grad_accum_steps, stages, ...");
   p->add_option("--from-megatron", pa->from_megatron,
                 "an existing Megatron-LM command line (its parallel, batch and recompute flags) instead of --plan");
+  add_calibration_options(p, pa->calibration);
   p->add_flag("--json", pa->json, "print one JSON object instead of a table");
   p->add_flag("--simulate", pa->simulate,
               "take the iteration time from the event simulation of the pipeline instead of the closed form");
@@ -98,6 +102,7 @@ std::vector<Command> add_predict_commands(CLI::App& app) {
   add_job_options(e, ea->job, /*with_plan=*/false);
   e->add_option("--plan", ea->job.plan, "plan JSON file");
   e->add_option("--from-megatron", ea->from_megatron, "an existing Megatron-LM command line instead of --plan");
+  add_calibration_options(e, ea->calibration);
   e->add_flag("--json", ea->json, "print the prediction as JSON (same as predict --json)");
   return {{p, [pa](std::string& out, std::string& err) { return predict(*pa, false, out, err); }},
           {e, [ea](std::string& out, std::string& err) { return predict(*ea, true, out, err); }}};

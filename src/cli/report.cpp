@@ -46,6 +46,36 @@ std::string format_seconds(double s) {
   return fmt::format("{:.0f} µs", s * 1e6);
 }
 
+Json calibration_json(const analysis::Calibration& c) {
+  Json j = {{"kind", c.kind}, {"engine", c.engine}, {"note", c.note}};
+  if (c.kind == "stack") {
+    j["stack"] = c.stack;
+    j["fitted_gpu"] = c.fitted_gpu;
+    j["source"] = c.source;
+    j["runs"] = c.runs;
+    j["mean_rel_error"] = c.mean_error;
+    j["held_out"] = c.held_out_runs > 0 ? Json{{"runs", c.held_out_runs},
+                                               {"mean_rel_error", c.held_out_mean_error},
+                                               {"max_rel_error", c.held_out_max_error}}
+                                        : Json(nullptr);
+  }
+  return j;
+}
+
+std::string calibration_text(const analysis::Calibration& c) {
+  if (c.kind == "file") return "calibration: the cluster's time_constants file\n";
+  if (c.kind == "stack") {
+    std::string held = c.held_out_runs > 0 ? fmt::format("; on {} held-out runs {:.1f}% mean, {:.1f}% worst error",
+                                                         c.held_out_runs, 100 * c.held_out_mean_error,
+                                                         100 * c.held_out_max_error)
+                                           : "; no held-out runs";
+    return fmt::format("calibration: {} on {} ({} runs, {:.1f}% mean error{}); --uncalibrated for the physics alone\n",
+                       c.stack, c.fitted_gpu, c.runs, 100 * c.mean_error, held);
+  }
+  return "calibration: none (" + c.note + "); uncalibrated, the model was on average 5-28% optimistic against\n"
+         "published runs (docs/time-model.md)\n";
+}
+
 Json prediction_json(const Job& job, const Prediction& pred) {
   const auto& p = pred.memory;
   Json stages = Json::array();
@@ -97,6 +127,7 @@ Json prediction_json(const Job& job, const Prediction& pred) {
               {"op_time_sources", profile::to_json(t.op_sources)},  // docs/profile.md
               {"matmul_tflops", rate.flops / 1e12},
               {"matmul_rate_source", rate.source},
+              {"calibration", calibration_json(pred.calibration)},
               {"stages", stages}};
 }
 
@@ -133,11 +164,8 @@ std::string prediction_text(const Job& job, const Prediction& pred) {
       format_seconds(t.steady_s), format_seconds(t.exposed_delta_s), t.tokens_per_s, t.model_tflops_per_gpu,
       100 * t.mfu);
   const auto& rate = pred.matmul_rate;
-  out += fmt::format("GEMMs at {:.0f} TFLOP/s: {}", rate.flops / 1e12, rate.source);
-  out += rate.calibrated ? "\n"
-                         : "; with it the model was on average 8-23% optimistic against published runs\n"
-                           "(docs/time-model.md): a cluster's \"time_constants\" from `mist fit` calibrates it\n"
-                           "(data/published/ holds the fits for Megatron stacks on A100 in fp16, H100 in bf16)\n";
+  out += fmt::format("GEMMs at {:.0f} TFLOP/s: {}\n", rate.flops / 1e12, rate.source);
+  out += calibration_text(pred.calibration);
   return out;
 }
 

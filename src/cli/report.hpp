@@ -15,6 +15,10 @@ std::string format_bytes(double bytes);  // "12.34 GiB", "512.0 MiB"
 std::string format_seconds(double s);    // "1.234 s", "12.3 ms", "45 µs"
 
 Json prediction_json(const Job& job, const Prediction& p);
+// The calibration a prediction used: JSON {"kind", "engine", "note", and for a stack fit "stack",
+// "fitted_gpu", "source", "runs", "mean_rel_error", "held_out"}, and one line of text.
+Json calibration_json(const analysis::Calibration& c);
+std::string calibration_text(const analysis::Calibration& c);
 std::string prediction_text(const Job& job, const Prediction& p);
 std::string explanation_text(const Job& job, const Prediction& p);
 

@@ -19,6 +19,7 @@ namespace {
 
 struct SimulateArgs {
   JobArgs job;
+  CalibrationArgs calibration;
   std::string trace;
   bool json = false;
 };
@@ -83,7 +84,9 @@ std::string result_text(const Job& job, const sim::PipelineJob& pj, const sim::S
 int simulate(const SimulateArgs& a, std::string& out, std::string& err) {
   auto job = load_job(a.job);
   if (!job) return invalid_input(err, job.error());
-  auto pred = job::predict(*job);
+  auto options = prepare_options(a.calibration);
+  if (!options) return invalid_input(err, options.error());
+  auto pred = job::predict(*job, *options);
   if (!pred) return invalid_input(err, pred.error());
   const auto pj = analysis::pipeline_job(job->plan, pred->time, pred->memory);
   auto r = sim::simulate(pj);
@@ -117,6 +120,7 @@ std::vector<Command> add_simulate_command(CLI::App& app) {
   auto* s = app.add_subcommand("simulate", "simulate one iteration of a plan event by event (1F1B / interleaved)");
   add_job_options(s, a->job);
   s->add_option("--trace", a->trace, "write a Chrome trace (Perfetto-loadable JSON) of the iteration to this file");
+  add_calibration_options(s, a->calibration);
   s->add_flag("--json", a->json, "print one JSON object instead of a table");
   return {{s, [a](std::string& out, std::string& err) { return simulate(*a, out, err); }}};
 }

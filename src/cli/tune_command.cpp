@@ -23,6 +23,7 @@ namespace {
 
 struct TuneArgs {
   JobArgs job;
+  CalibrationArgs calibration;  // its engine is the --engine below
   std::string space = "mist", out_file, engine, solver = "dp", compare_to, compare_megatron_flags, virtual_stages;
   bool exhaustive = false, json = false, no_rerank = false;
   int top = 5;
@@ -141,7 +142,11 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
     if (auto ok = plan::validate_plan(current->plan, job->model, job->cluster, job->training); !ok)
       return invalid_input(err, ok.error());
   }
-  auto prepared = job::prepare(*job);
+  CalibrationArgs calibration = a.calibration;
+  if (!a.engine.empty() && a.engine != "mist") calibration.engine = a.engine;
+  auto options = prepare_options(calibration);
+  if (!options) return invalid_input(err, options.error());
+  auto prepared = job::prepare(*job, *options);
   if (!prepared) return invalid_input(err, prepared.error());
   auto r = tuner::tune(*prepared, *o);
   if (!r) {
@@ -244,7 +249,9 @@ std::vector<Command> add_tune_command(CLI::App& app) {
   t->add_option("--space", a->space, "search space: mist (everything), megatron or deepspeed (their usual knobs)")
       ->capture_default_str();
   t->add_option("--engine", a->engine,
-                "only plans this engine can run: megatron, deepspeed, torchtitan, or mist (everything)");
+                "only plans this engine can run: megatron, deepspeed, torchtitan, or mist (everything); it also "
+                "selects the time model's calibration for that stack (megatron's for mist)");
+  add_calibration_options(t, a->calibration, /*with_engine=*/false);
   t->add_option("--virtual-stages", a->virtual_stages,
                  "interleaved model chunks per pipeline stage to try, e.g. 1,2,4 (default: the space's; mist: 1,2,4)");
   t->add_option("--solver", a->solver, "inter-stage solver: dp (exact dynamic programme) or milp (Mist's MILP on CBC)")

@@ -217,9 +217,10 @@ Json constants_to_json(const FitResult& r, const std::string& gpu, const std::st
 
 Result<void> apply_constants_json(const Json& j, const std::string& gpu, const std::string& path, PerfConstants& c) {
   MIST_TRY(JsonFields f, JsonFields::of(j, path));
-  MIST_CHECK(f.reject_unknown({"time_constants_version", "gpu", "device", "dtype", "matmul_efficiency",
-                               "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS", "flash_fwd_efficiency",
-                               "flash_bwd_efficiency", "gemm_k_overhead", "fit"}));
+  // "engine" and "stack" name the software stack a fit to published runs is for (job::stack_fits).
+  MIST_CHECK(f.reject_unknown({"time_constants_version", "gpu", "device", "dtype", "engine", "stack",
+                               "matmul_efficiency", "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS",
+                               "flash_fwd_efficiency", "flash_bwd_efficiency", "gemm_k_overhead", "fit"}));
   MIST_TRY(int64_t version, f.integer("time_constants_version", 1, 1));
   (void)version;
   MIST_TRY(std::string for_gpu, f.string("gpu"));

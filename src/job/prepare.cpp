@@ -1,6 +1,9 @@
 #include "job/prepare.hpp"
 
+#include <fmt/format.h>
+
 #include "hardware/fit.hpp"
+#include "job/stacks.hpp"
 
 namespace mist::job {
 
@@ -20,26 +23,64 @@ Result<CalibrationData> read_calibration(const spec::CalibrationFiles& files) {
   return d;
 }
 
+namespace {
+
+// The shipped fit of the job's stack, applied to `k`, described in `about`.
+Result<void> apply_stack_fit(const spec::ClusterSpec& cluster, const spec::TrainingSpec& training,
+                             spec::Engine engine, hardware::PerfConstants& k, analysis::Calibration& about) {
+  const auto& fits = stack_fits();
+  if (!fits) return std::unexpected(fits.error());
+  const StackChoice choice = choose_stack_fit(*fits, engine, cluster.gpu, training.precision);
+  about.note = choice.note;
+  if (!choice.fit) return {};
+  const StackFit& f = *choice.fit;
+  // The constants are fractions of the fitted GPU's peak figures: applied as such to this one.
+  MIST_CHECK(hardware::apply_constants_json(f.constants, f.gpu, "calibration", k));
+  about.kind = "stack";
+  about.stack = f.stack;
+  about.fitted_gpu = f.gpu;
+  about.source = f.source;
+  about.runs = f.runs;
+  about.mean_error = f.mean_error;
+  about.held_out_runs = f.held_out_runs;
+  about.held_out_mean_error = f.held_out_mean_error;
+  about.held_out_max_error = f.held_out_max_error;
+  about.constants_source = fmt::format("the {} calibration ({})", spec::display_name(engine), choice.note);
+  return {};
+}
+
+}  // namespace
+
 Result<analysis::PreparedJob> prepare(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                                      const spec::TrainingSpec& training, const CalibrationData& calibration) {
+                                      const spec::TrainingSpec& training, const CalibrationData& calibration,
+                                      const PrepareOptions& options) {
   analysis::TimeConstants k;
   analysis::Calibration about;
+  about.engine = spec::to_string(options.engine);
   k.profile = calibration.profile;
   if (calibration.time_constants) {
+    if (options.uncalibrated)
+      return fail("--uncalibrated", "the cluster names a time_constants file; give one or the other");
     MIST_CHECK(hardware::apply_constants_json(*calibration.time_constants, cluster.gpu.name, "cluster.time_constants",
                                               k.perf));
+    about.kind = "file";
     about.constants_source = "cluster.time_constants (" + calibration.time_constants_path + ")";
+    about.note = "the cluster's own constants file";
+  } else if (options.uncalibrated) {
+    about.note = "--uncalibrated: the physics alone";
+  } else {
+    MIST_CHECK(apply_stack_fit(cluster, training, options.engine, k.perf, about));
   }
   return analysis::PreparedJob::create(model, cluster, training, std::move(k), std::move(about));
 }
 
-Result<analysis::PreparedJob> prepare(const Job& job) {
+Result<analysis::PreparedJob> prepare(const Job& job, const PrepareOptions& options) {
   MIST_TRY(auto calibration, read_calibration(job.files));
-  return prepare(job.model, job.cluster, job.training, calibration);
+  return prepare(job.model, job.cluster, job.training, calibration, options);
 }
 
-Result<analysis::Prediction> predict(const Job& job) {
-  MIST_TRY(auto prepared, prepare(job));
+Result<analysis::Prediction> predict(const Job& job, const PrepareOptions& options) {
+  MIST_TRY(auto prepared, prepare(job, options));
   return analysis::predict(prepared, job.plan);
 }
 

@@ -11,6 +11,7 @@
 #include "analysis/prepared_job.hpp"
 #include "core/json_fields.hpp"
 #include "job/job.hpp"
+#include "spec/engine.hpp"
 #include "profile/op_source.hpp"
 
 namespace mist::job {
@@ -26,14 +27,22 @@ struct CalibrationData {
 // Errors name the field: "cluster.profile_db: cannot read ...", "cluster.time_constants: ...".
 Result<CalibrationData> read_calibration(const spec::CalibrationFiles& files);
 
-// Applies the calibration to the defaults of the time model (a constants file fitted for another
-// GPU is refused) and checks what no plan can change.
+struct PrepareOptions {
+  // The software stack the job trains with: it selects the shipped fit of that stack (stacks.hpp).
+  spec::Engine engine = spec::Engine::kMegatron;
+  bool uncalibrated = false;  // the physics alone (--uncalibrated)
+};
+
+// The time model's constants, in order of precedence: the cluster's own time_constants file (a fit
+// for another GPU is refused); the shipped fit of the job's stack for its GPU or the nearest
+// generation (stacks.hpp); the physics alone. Then checks what no plan can change.
 Result<analysis::PreparedJob> prepare(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                                      const spec::TrainingSpec& training, const CalibrationData& calibration = {});
+                                      const spec::TrainingSpec& training, const CalibrationData& calibration = {},
+                                      const PrepareOptions& options = {});
 // read_calibration + prepare; the job's plan is not read.
-Result<analysis::PreparedJob> prepare(const Job& job);
+Result<analysis::PreparedJob> prepare(const Job& job, const PrepareOptions& options = {});
 
 // prepare, then analysis::predict of the job's plan: what `mist predict` computes for one plan.
-Result<analysis::Prediction> predict(const Job& job);
+Result<analysis::Prediction> predict(const Job& job, const PrepareOptions& options = {});
 
 }  // namespace mist::job
