@@ -19,9 +19,10 @@ double eval(const sym::Expr& e, const sym::Bindings& at) {
   return v ? *v : 0.0;
 }
 
-LayerTimes layer_times(const graph::Layer& L, const sym::Bindings& at, const spec::ClusterSpec& c,
-                       spec::Dtype d, hardware::Group tp, bool selective, const TimeConstants& k,
-                       const profile::OpTable* table, profile::SourceCounts& sources) {
+// `acts`: the layer's saved activations, as the job's memory model computed them once.
+LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& acts, const sym::Bindings& at,
+                       const spec::ClusterSpec& c, spec::Dtype d, hardware::Group tp, bool selective,
+                       const TimeConstants& k, const profile::OpTable* table, profile::SourceCounts& sources) {
   LayerTimes r;
   const std::string shape = table ? profile::shape_key(L.kind, at) : std::string();
   for (const auto& op : L.ops) {
@@ -57,7 +58,6 @@ LayerTimes layer_times(const graph::Layer& L, const sym::Bindings& at, const spe
       r.bwd_tp_async += grad_comm + regather;
   }
   r.params = eval(L.params(), at);
-  const auto acts = graph::analyze_activations(L, {});
   r.saved = eval(selective ? acts.saved_selective : acts.saved, at);
   return r;
 }
@@ -127,9 +127,11 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   at["t"] = static_cast<double>(p.tp);
   r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp);
   const profile::OpTable* table = r.k_.profile.get();
-  r.blk_ = layer_times(lm.block, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
-  r.emb_ = layer_times(lm.embedding, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
-  r.head_ = layer_times(lm.head, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
+  const StageMemoryModel& mem = lowering->memory;
+  r.blk_ = layer_times(lm.block, mem.block, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
+  r.emb_ = layer_times(lm.embedding, mem.embedding, at, c, t.precision, r.place_.tp, selective, r.k_, table,
+                       r.sources_);
+  r.head_ = layer_times(lm.head, mem.head, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
   r.tied_params_ = eval(lm.tied_head_params, at);
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks).
