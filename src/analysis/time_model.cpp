@@ -22,7 +22,7 @@ LayerTimes layer_times(const graph::Layer& L, const sym::Bindings& at, const spe
   for (const auto& op : L.ops) {
     const auto resolved = profile::resolve_op(table, c.gpu, d, op, shape, at, k.perf);
     const auto& t = resolved.time;
-    if (op.kind != "view") sources.add(resolved.fwd);
+    if (op.kind != graph::OpKind::kView) sources.add(resolved.fwd);
     if (resolved.has_bwd) sources.add(resolved.bwd);
     r.fwd += t.fwd;
     r.bwd += t.bwd;
@@ -144,7 +144,7 @@ StageTimer StageTimer::create(const spec::ModelSpec& m, const spec::ClusterSpec&
   auto matmul_flops = [&](const graph::Layer& L) {
     double f = 0;
     for (const auto& op : L.ops)
-      if (op.is_gemm || op.kind == "flash_attention") f += sym::evaluate_or_zero(op.fwd_flops, one);
+      if (op.is_gemm || op.kind == graph::OpKind::kFlashAttention) f += sym::evaluate_or_zero(op.fwd_flops, one);
     return f;
   };
   const double per_sequence =

@@ -73,6 +73,8 @@ sym::Bindings parse_shape(const std::string& key) {
 // dimensions, not the model; the variants of the lowering (GELU or SwiGLU MLP, LayerNorm or RMSNorm,
 // flash attention or not) name their ops apart, so the op is found by name in the variant that has it.
 std::optional<graph::Op> find_op(const profile::Measurement& row, const sym::Bindings& at, int act_bytes) {
+  const auto kind = graph::parse_op_kind(row.kind);
+  if (!kind) return std::nullopt;
   spec::ModelSpec m;
   m.name = "fit";
   m.family = "gpt";
@@ -84,7 +86,7 @@ std::optional<graph::Op> find_op(const profile::Measurement& row, const sym::Bin
   m.vocab_size = at.contains("V") ? static_cast<int64_t>(at.at("V")) : 1000;
   m.max_position_embeddings = static_cast<int64_t>(at.at("s"));
   m.qkv_bias = m.linear_bias = true;
-  m.norm = row.kind == "rmsnorm" ? spec::Norm::kRmsNorm : spec::Norm::kLayerNorm;
+  m.norm = *kind == graph::OpKind::kRmsNorm ? spec::Norm::kRmsNorm : spec::Norm::kLayerNorm;
   for (auto mlp : {spec::Mlp::kGelu, spec::Mlp::kSwiGlu})
     for (auto pos : {spec::Positions::kLearned, spec::Positions::kRotary})
     for (bool flash : {false, true}) {
@@ -97,7 +99,7 @@ std::optional<graph::Op> find_op(const profile::Measurement& row, const sym::Bin
       const auto lm = graph::lower(m, static_cast<int64_t>(at.at("s")), o);
       for (const graph::Layer* L : {&lm.block, &lm.embedding, &lm.head})
         for (const auto& op : L->ops)
-          if (op.name == row.op && op.kind == row.kind) return op;
+          if (op.name == row.op && op.kind == *kind) return op;
     }
   return std::nullopt;
 }
@@ -114,7 +116,7 @@ std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, co
   const auto at = parse_shape(row.shape);
   if (at.empty()) return std::nullopt;
   const auto op = find_op(row, at, spec::dtype_bytes(d));
-  if (!op || op->kind == "view") return std::nullopt;
+  if (!op || op->kind == graph::OpKind::kView) return std::nullopt;
   hardware::FitSample s;
   s.label = row.op + " " + row.pass + " " + row.shape;
   s.group = row.shape;
@@ -122,7 +124,7 @@ std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, co
   const bool bwd = row.pass == "backward";
   // An op whose backward the model times as nothing (a residual add passes its gradient through).
   if (bwd && op->bwd_flops.is_constant() && op->bwd_flops.constant_value() == 0) return std::nullopt;
-  if (op->kind == "flash_attention") {
+  if (op->kind == graph::OpKind::kFlashAttention) {
     const double causal = op->causal_attention ? 0.5 : 1.0;
     hardware::add_flash(s, g, d, causal * eval(bwd ? op->bwd_flops : op->fwd_flops, at), bwd);
   } else if (op->is_gemm) {

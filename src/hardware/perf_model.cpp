@@ -78,7 +78,7 @@ double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, 
 OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const sym::Bindings& at,
                const PerfConstants& c) {
   OpTime t;
-  if (op.kind == "view") return t;
+  if (op.kind == graph::OpKind::kView) return t;
   if (op.is_gemm) {
     const double B = eval(op.gemm.batch, at), m = eval(op.gemm.m, at), n = eval(op.gemm.n, at),
                  k = eval(op.gemm.k, at);
@@ -87,7 +87,7 @@ OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const
     t.bwd = gemm_time(g, d, B, m, k, n, c) + gemm_time(g, d, B, k, n, m, c);
     return t;
   }
-  if (op.kind == "flash_attention") {
+  if (op.kind == graph::OpKind::kFlashAttention) {
     const double causal = op.causal_attention ? 0.5 : 1.0;
     const double peak = peak_matmul_flops(g, d);
     t.fwd = causal * eval(op.fwd_flops, at) / (peak * flash_efficiency(g, c, false)) + c.kernel_launch_s;

@@ -23,7 +23,7 @@ double eval(const sym::Expr& e, const sym::Bindings& at) {
   return v ? *v : 0.0;
 }
 
-bool compute_bound(const graph::Op& op) { return op.is_gemm || op.kind == "flash_attention"; }
+bool compute_bound(const graph::Op& op) { return op.is_gemm || op.kind == graph::OpKind::kFlashAttention; }
 
 bool has_backward(const graph::Op& op) {
   return compute_bound(op) || !(op.bwd_flops.is_constant() && op.bwd_flops.constant_value() == 0);
@@ -133,8 +133,8 @@ ResolvedOp resolve_op(const OpTable* table, const spec::GpuSpec& g, spec::Dtype 
                       const std::string& shape, const sym::Bindings& at, const hardware::PerfConstants& c) {
   ResolvedOp r;
   r.time = hardware::op_time(g, d, op, at, c);
-  r.has_bwd = op.kind != "view" && has_backward(op);
-  if (!table || op.kind == "view") return r;
+  r.has_bwd = op.kind != graph::OpKind::kView && has_backward(op);
+  if (!table || op.kind == graph::OpKind::kView) return r;
   const std::string dtype = spec::to_string(d);
   auto from_table = [&](const char* pass, bool backward, double& seconds, Source& src) {
     if (const Measurement* m = table->exact(g.name, op.name, shape, dtype, pass)) {
