@@ -20,6 +20,7 @@
 #include "cli/job.hpp"
 #include "graph/lower.hpp"
 #include "hardware/fit.hpp"
+#include "hardware/op_cost.hpp"
 #include "profile/database.hpp"
 #include "spec/catalog.hpp"
 #include "spec/cluster.hpp"
@@ -104,42 +105,21 @@ std::optional<graph::Op> find_op(const profile::Measurement& row, const sym::Bin
   return std::nullopt;
 }
 
-double eval(const sym::Expr& e, const sym::Bindings& at) {
-  auto v = sym::evaluate(e, at);
-  return v ? *v : 0.0;
-}
-
-// The features of one row, or nullopt when the row is not an op the analytical model times this
-// way (whole layers, flash attention, the loss: kept out and counted).
+// The features of one row, or nullopt when the row is not one op's pass that runs a kernel (whole
+// layers, views, a residual add's pass-through backward: kept out and counted). The kernels are
+// those op_time sums, linearised at the default constants.
 std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, const spec::GpuSpec& g, spec::Dtype d) {
   if (row.pass != "forward" && row.pass != "backward") return std::nullopt;
   const auto at = parse_shape(row.shape);
   if (at.empty()) return std::nullopt;
   const auto op = find_op(row, at, spec::dtype_bytes(d));
-  if (!op || op->kind == graph::OpKind::kView) return std::nullopt;
+  if (!op) return std::nullopt;
+  const auto pass = row.pass == "backward" ? hardware::Pass::kBackward : hardware::Pass::kForward;
   hardware::FitSample s;
   s.label = row.op + " " + row.pass + " " + row.shape;
   s.group = row.shape;
   s.seconds = row.median_s;
-  const bool bwd = row.pass == "backward";
-  // An op whose backward the model times as nothing (a residual add passes its gradient through).
-  if (bwd && op->bwd_flops.is_constant() && op->bwd_flops.constant_value() == 0) return std::nullopt;
-  if (op->kind == graph::OpKind::kFlashAttention) {
-    const double causal = op->causal_attention ? 0.5 : 1.0;
-    hardware::add_flash(s, g, d, causal * eval(bwd ? op->bwd_flops : op->fwd_flops, at), bwd);
-  } else if (op->is_gemm) {
-    const double B = eval(op->gemm.batch, at), m = eval(op->gemm.m, at), n = eval(op->gemm.n, at),
-                 k = eval(op->gemm.k, at);
-    if (!bwd) {
-      hardware::add_gemm(s, g, d, B, m, n, k);
-    } else {
-      hardware::add_gemm(s, g, d, B, m, k, n);  // input gradient
-      hardware::add_gemm(s, g, d, B, k, n, m);  // weight gradient
-    }
-  } else {
-    const double bytes = eval(op->bytes_read, at) + eval(op->bytes_written, at);
-    hardware::add_stream(s, g, bwd ? 2 * bytes : bytes, eval(bwd ? op->bwd_flops : op->fwd_flops, at));
-  }
+  hardware::add_kernels(s, g, hardware::op_kernels(*op, at, d, pass));
   if (s.kernels == 0) return std::nullopt;
   return s;
 }

@@ -16,6 +16,7 @@
 #include "cli/fit_output.hpp"
 #include "cli/job.hpp"
 #include "hardware/fit.hpp"
+#include "hardware/op_cost.hpp"
 #include "spec/catalog.hpp"
 
 namespace mist::cli {
@@ -91,7 +92,7 @@ Result<Table> read_table(const std::string& file, const spec::GpuSpec& g, spec::
     s.label = fmt::format("b={} m={} n={} k={}", dim[0], dim[1], dim[2], dim[3]);
     s.group = s.label;
     s.seconds = seconds;
-    hardware::add_gemm(s, g, d, dim[0], dim[1], dim[2], dim[3]);
+    hardware::add_kernel(s, g, hardware::GemmKernel{dim[0], dim[1], dim[2], dim[3], d});
     t.samples.push_back(s);
   }
   if (t.samples.empty()) return fail("--gemm-table", file + " has no GEMM rows");
