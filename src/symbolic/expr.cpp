@@ -373,6 +373,11 @@ Result<double> evaluate(const Expr& e, const Bindings& values) {
   return 0.0;
 }
 
+double evaluate_or_zero(const Expr& e, const Bindings& values) {
+  auto v = evaluate(e, values);
+  return v ? *v : 0.0;
+}
+
 namespace {
 
 void collect_symbols(const Expr& e, std::set<std::string>& out) {
