@@ -246,8 +246,8 @@ Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& 
     s.capacity_bytes = c.gpu.memory_bytes;
     s.fits = s.peak_bytes <= s.capacity_bytes;
     for (const auto& q : M.quantities) {
-      auto v = sym::evaluate(q.formula, knobs[r]);
-      s.quantities.push_back({q.name, q.description, q.name, q.formula.str(), v ? *v : 0.0, q.is_bytes});
+      const double v = sym::evaluate_or_zero(q.formula, knobs[r]);
+      s.quantities.push_back({q.name, q.description, q.name, q.formula.str(), v, q.is_bytes});
     }
     s.knobs = knobs[r];
     pred.fits = pred.fits && s.fits;

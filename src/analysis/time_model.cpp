@@ -14,11 +14,6 @@ namespace {
 
 using hardware::Collective;
 
-double eval(const sym::Expr& e, const sym::Bindings& at) {
-  auto v = sym::evaluate(e, at);
-  return v ? *v : 0.0;
-}
-
 // `acts`: the layer's saved activations, as the job's memory model computed them once.
 LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& acts, const sym::Bindings& at,
                        const spec::ClusterSpec& c, spec::Dtype d, hardware::Group tp, bool selective,
@@ -28,7 +23,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
   for (const auto& op : L.ops) {
     const auto resolved = profile::resolve_op(table, c.gpu, d, op, shape, at, k.perf);
     const auto& t = resolved.time;
-    if (op.kind != "view") sources.add(resolved.fwd);
+    if (op.kind != graph::OpKind::kView) sources.add(resolved.fwd);
     if (resolved.has_bwd) sources.add(resolved.bwd);
     r.fwd += t.fwd;
     r.bwd += t.bwd;
@@ -38,7 +33,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       const auto kind = cm.kind == graph::CommKind::kAllReduce   ? Collective::kAllReduce
                         : cm.kind == graph::CommKind::kAllGather ? Collective::kAllGather
                                                                  : Collective::kReduceScatter;
-      return hardware::collective_time(c, kind, tp, eval(cm.bytes, at), k.comm);
+      return hardware::collective_time(c, kind, tp, sym::evaluate_or_zero(cm.bytes, at), k.comm);
     };
     r.fwd_tp += comm(op.fwd_comm);
     const double grad_comm = comm(op.bwd_comm), regather = comm(op.bwd_regather);
@@ -57,8 +52,8 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
     else
       r.bwd_tp_async += grad_comm + regather;
   }
-  r.params = eval(L.params(), at);
-  r.saved = eval(selective ? acts.saved_selective : acts.saved, at);
+  r.params = sym::evaluate_or_zero(L.params(), at);
+  r.saved = sym::evaluate_or_zero(selective ? acts.saved_selective : acts.saved, at);
   return r;
 }
 
@@ -132,7 +127,7 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   r.emb_ = layer_times(lm.embedding, mem.embedding, at, c, t.precision, r.place_.tp, selective, r.k_, table,
                        r.sources_);
   r.head_ = layer_times(lm.head, mem.head, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
-  r.tied_params_ = eval(lm.tied_head_params, at);
+  r.tied_params_ = sym::evaluate_or_zero(lm.tied_head_params, at);
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks).
   const double boundary = at["s"] * at["b"] * at["h"] * spec::dtype_bytes(t.precision) / static_cast<double>(p.tp);
@@ -149,7 +144,7 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   auto matmul_flops = [&](const graph::Layer& L) {
     double f = 0;
     for (const auto& op : L.ops)
-      if (op.is_gemm || op.kind == "flash_attention") f += eval(op.fwd_flops, one);
+      if (op.is_gemm || op.kind == graph::OpKind::kFlashAttention) f += sym::evaluate_or_zero(op.fwd_flops, one);
     return f;
   };
   const double per_sequence =

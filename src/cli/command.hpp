@@ -24,11 +24,8 @@ std::vector<Command> add_list_command(CLI::App& app);      // list
 std::vector<Command> add_simulate_command(CLI::App& app);  // simulate
 std::vector<Command> add_tune_command(CLI::App& app);      // tune
 std::vector<Command> add_export_commands(CLI::App& app);   // export, import
-std::vector<Command> add_profile_command(CLI::App& app);   // profile, profile import
 std::vector<Command> add_gpus_command(CLI::App& app);      // gpus
 std::vector<Command> add_fit_command(CLI::App& app);       // fit
-#ifdef MIST_WITH_TORCH
-std::vector<Command> add_validate_command(CLI::App& app);  // validate (needs LibTorch)
-#endif
+// validate and profile: measure_commands.hpp.
 
 }  // namespace mist::cli

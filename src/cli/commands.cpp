@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.hpp"
+#include "cli/measure_commands.hpp"
 #include "core/json_fields.hpp"
 
 namespace mist::cli {
@@ -22,10 +23,9 @@ int run(const std::vector<std::string>& args, std::string& out, std::string& err
   for (auto add : {add_predict_commands, add_tune_command, add_gpus_command, add_list_command, add_export_commands,
                    add_simulate_command})
     for (auto& c : add(app)) commands.push_back(std::move(c));
-#ifdef MIST_WITH_TORCH
-  for (auto& c : add_validate_command(app)) commands.push_back(std::move(c));
-#endif
-  for (auto& c : add_profile_command(app)) commands.push_back(std::move(c));
+  // Registered whether or not LibTorch was built: they parse here and run in mist-measure.
+  for (auto& c : add_validate_command(app, args)) commands.push_back(std::move(c));
+  for (auto& c : add_profile_command(app, args)) commands.push_back(std::move(c));
   for (auto& c : add_fit_command(app)) commands.push_back(std::move(c));
 
   // CLI11 would only say "A subcommand is required" for `mist frobnicate`; name the word instead.

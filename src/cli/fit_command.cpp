@@ -1,14 +1,10 @@
 // `mist fit`: least-squares fit of the op-time model's efficiency constants (matmul fraction of
 // peak, memory-bandwidth fraction, per-kernel launch cost) for one device from the measured op rows
-// of a profile database; prints them with their residuals and writes the constants file a cluster's
-// "time_constants" field applies (docs/time-model.md, "Fitting the op constants"). With --runs
-// instead, the matmul efficiency of a stack from published iteration times (cli/fit_runs.cpp).
-#include <algorithm>
-#include <cmath>
+// of a profile database (as samples: profile/fit_samples.hpp); prints them with their residuals and
+// writes the constants file a cluster's "time_constants" field applies (docs/time-model.md,
+// "Fitting the op constants"). With --runs instead, the matmul efficiency of a stack from published
+// iteration times (cli/fit_runs.cpp); with --gemm-table, the GEMM constants (cli/fit_gemm_table.cpp).
 #include <filesystem>
-#include <map>
-#include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -18,9 +14,9 @@
 #include "cli/fit_output.hpp"
 #include "cli/fit_runs.hpp"
 #include "cli/job.hpp"
-#include "graph/lower.hpp"
 #include "hardware/fit.hpp"
 #include "profile/database.hpp"
+#include "profile/fit_samples.hpp"
 #include "spec/catalog.hpp"
 #include "spec/cluster.hpp"
 
@@ -45,101 +41,6 @@ Result<spec::GpuSpec> fit_gpu(const std::string& name_or_file) {
   auto g = spec::catalog_gpu(name_or_file);
   if (!g) return fail("--gpu", g.error().message);
   return g;
-}
-
-
-// "b=2;s=256;h=512;a=8;g=2;f=1408;t=1[;V=1000]" -> bindings; empty on a malformed key.
-sym::Bindings parse_shape(const std::string& key) {
-  sym::Bindings at;
-  std::stringstream ss(key);
-  for (std::string part; std::getline(ss, part, ';');) {
-    const auto eq = part.find('=');
-    if (eq == std::string::npos) return {};
-    try {
-      at[part.substr(0, eq)] = std::stod(part.substr(eq + 1));
-    } catch (...) {
-      return {};
-    }
-  }
-  for (const char* s : {"b", "s", "h", "a", "g", "f", "t"})
-    if (!at.contains(s)) return {};
-  // Whole dimensions of a plausible size (the lowering takes them as integers).
-  for (const auto& [name, v] : at)
-    if (!(v >= 1 && v <= 1e9) || v != std::floor(v)) return {};
-  return at;
-}
-
-// The lowered op a profile row measured: the row carries the op's name and kind and its layer's
-// dimensions, not the model; the variants of the lowering (GELU or SwiGLU MLP, LayerNorm or RMSNorm,
-// flash attention or not) name their ops apart, so the op is found by name in the variant that has it.
-std::optional<graph::Op> find_op(const profile::Measurement& row, const sym::Bindings& at, int act_bytes) {
-  spec::ModelSpec m;
-  m.name = "fit";
-  m.family = "gpt";
-  m.num_layers = 1;
-  m.hidden_size = static_cast<int64_t>(at.at("h"));
-  m.num_heads = static_cast<int64_t>(at.at("a"));
-  m.num_kv_heads = static_cast<int64_t>(at.at("g"));
-  m.ffn_hidden_size = static_cast<int64_t>(at.at("f"));
-  m.vocab_size = at.contains("V") ? static_cast<int64_t>(at.at("V")) : 1000;
-  m.max_position_embeddings = static_cast<int64_t>(at.at("s"));
-  m.qkv_bias = m.linear_bias = true;
-  m.norm = row.kind == "rmsnorm" ? spec::Norm::kRmsNorm : spec::Norm::kLayerNorm;
-  for (auto mlp : {spec::Mlp::kGelu, spec::Mlp::kSwiGlu})
-    for (auto pos : {spec::Positions::kLearned, spec::Positions::kRotary})
-    for (bool flash : {false, true}) {
-      m.mlp = mlp;
-      m.positions = pos;
-      graph::LoweringOptions o;
-      o.flash_attention = flash;
-      o.dropout = true;
-      o.act_bytes = act_bytes;
-      const auto lm = graph::lower(m, static_cast<int64_t>(at.at("s")), o);
-      for (const graph::Layer* L : {&lm.block, &lm.embedding, &lm.head})
-        for (const auto& op : L->ops)
-          if (op.name == row.op && op.kind == row.kind) return op;
-    }
-  return std::nullopt;
-}
-
-double eval(const sym::Expr& e, const sym::Bindings& at) {
-  auto v = sym::evaluate(e, at);
-  return v ? *v : 0.0;
-}
-
-// The features of one row, or nullopt when the row is not an op the analytical model times this
-// way (whole layers, flash attention, the loss: kept out and counted).
-std::optional<hardware::FitSample> sample_of(const profile::Measurement& row, const spec::GpuSpec& g, spec::Dtype d) {
-  if (row.pass != "forward" && row.pass != "backward") return std::nullopt;
-  const auto at = parse_shape(row.shape);
-  if (at.empty()) return std::nullopt;
-  const auto op = find_op(row, at, spec::dtype_bytes(d));
-  if (!op || op->kind == "view") return std::nullopt;
-  hardware::FitSample s;
-  s.label = row.op + " " + row.pass + " " + row.shape;
-  s.group = row.shape;
-  s.seconds = row.median_s;
-  const bool bwd = row.pass == "backward";
-  // An op whose backward the model times as nothing (a residual add passes its gradient through).
-  if (bwd && op->bwd_flops.is_constant() && op->bwd_flops.constant_value() == 0) return std::nullopt;
-  if (op->kind == "flash_attention") {
-    const double causal = op->causal_attention ? 0.5 : 1.0;
-    hardware::add_flash(s, g, d, causal * eval(bwd ? op->bwd_flops : op->fwd_flops, at), bwd);
-  } else if (op->is_gemm) {
-    const double B = eval(op->gemm.batch, at), m = eval(op->gemm.m, at), n = eval(op->gemm.n, at),
-                 k = eval(op->gemm.k, at);
-    if (!bwd) {
-      hardware::add_gemm(s, g, d, B, m, n, k);
-    } else {
-      hardware::add_gemm(s, g, d, B, m, k, n);  // input gradient
-      hardware::add_gemm(s, g, d, B, k, n, m);  // weight gradient
-    }
-  } else {
-    const double bytes = eval(op->bytes_read, at) + eval(op->bytes_written, at);
-    hardware::add_stream(s, g, bwd ? 2 * bytes : bytes, eval(bwd ? op->bwd_flops : op->fwd_flops, at));
-  }
-  if (s.kernels == 0) return std::nullopt;
-  return s;
 }
 
 std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
@@ -176,39 +77,17 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
   auto rows = db->all();
   if (!rows) return invalid_input(err, Error{"--profile-db", rows.error().message});
   // The dtype: as given, else the most common one among this device's rows.
-  std::map<std::string, int> dtypes;
-  for (const auto& r : *rows)
-    if (r.device == device) dtypes[r.dtype] += 1;
-  if (dtypes.empty())
+  const auto common = profile::most_common_dtype(*rows, device);
+  if (!common)
     return invalid_input(err,
                          Error{"--device", fmt::format("the profile database has no rows for device '{}'", device)});
-  std::string dtype_name = a.dtype;
-  if (dtype_name.empty())
-    dtype_name = std::max_element(dtypes.begin(), dtypes.end(), [](auto& x, auto& y) { return x.second < y.second; })->first;
+  const std::string dtype_name = a.dtype.empty() ? *common : a.dtype;
   auto dtype = parse_dtype(dtype_name);
   if (!dtype) return invalid_input(err, dtype.error());
 
-  std::vector<hardware::FitSample> samples;
-  int skipped = 0;
-  for (const auto& r : *rows) {
-    if (r.device != device || r.dtype != dtype_name) continue;
-    auto s = sample_of(r, *gpu, *dtype);
-    if (s)
-      samples.push_back(*s);
-    else
-      ++skipped;
-  }
+  const auto [samples, skipped] = profile::samples_of(*rows, device, dtype_name, *gpu, *dtype);
   // Held-out shapes: every n-th distinct shape key is kept out of the fit and scored apart.
-  std::vector<hardware::FitSample> train, test;
-  std::set<std::string> groups;
-  for (const auto& s : samples) groups.insert(s.group);
-  std::set<std::string> held;
-  if (a.test_every > 1) {
-    int i = 0;
-    for (const auto& gk : groups)
-      if (++i % a.test_every == 0) held.insert(gk);
-  }
-  for (const auto& s : samples) (held.contains(s.group) ? test : train).push_back(s);
+  const auto [train, test, held] = profile::hold_out(samples, a.test_every);
 
   auto fitted = hardware::fit_constants(train);
   if (!fitted)

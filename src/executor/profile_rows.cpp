@@ -92,7 +92,7 @@ Result<std::vector<profile::Measurement>> profile_rows(const BlockRun& r, const 
     } else {
       auto it = std::find_if(L.ops.begin(), L.ops.end(), [&](const graph::Op& o) { return o.name == ot.op; });
       if (it == L.ops.end()) return fail("op", fmt::format("'{}' is not an op of the lowered {}", ot.op, L.name));
-      kind = it->kind;
+      kind = graph::to_string(it->kind);
     }
     profile::Measurement row{"cpu", op, shape, spec::to_string(r.dtype), ot.phase, kind,
                              percentile(ot.seconds, 0.5), percentile(ot.seconds, 0.1), percentile(ot.seconds, 0.9),

@@ -298,7 +298,7 @@ Result<BlockTimePrediction> predict_block_time(const BlockRun& r, const std::vec
   at["t"] = 1;
   const auto shape = profile::shape_key(r.layer, at);
   for (const auto& op : layer.ops) {
-    if (op.kind == "view") continue;
+    if (op.kind == graph::OpKind::kView) continue;
     const auto res = profile::resolve_op(table.get(), cluster.gpu, t.precision, op, shape, at);
     out.sources.add(res.fwd);
     if (res.has_bwd) out.sources.add(res.bwd);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/op_kind.hpp"
 #include "symbolic/expr.hpp"
 
 namespace mist::graph {
@@ -47,7 +48,7 @@ struct GemmShape {
 
 struct Op {
   std::string name;  // "attn.qkv"
-  std::string kind;  // "linear", "layernorm", "rmsnorm", "bmm", "softmax", "dropout", ...
+  OpKind kind = OpKind::kView;  // set by the lowering (lower.cpp); to_string gives the stored name
   std::vector<int> inputs, outputs, saved;  // tensor ids in Layer::tensors
   std::vector<int> temporaries;             // allocated and freed inside the op (forward)
   Expr params;                              // parameters this op holds on one GPU

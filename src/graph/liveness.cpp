@@ -129,13 +129,13 @@ struct Walk {
     const int out0 = op.outputs.empty() ? -1 : op.outputs[0];
     for (int t : op.inputs) {
       if (!L.tensors[t].requires_grad) continue;
-      if (op.kind == "view") {
+      if (op.kind == OpKind::kView) {
         // torch.split's backward: one new buffer for the base, replacing the views' gradients.
         retake.push_back({t, bytes(storage(t))});
         transient.push_back(bytes(storage(t)));
         continue;
       }
-      if (op.kind == "add" && out0 >= 0 && B.grads.has(out0)) {
+      if (op.kind == OpKind::kAdd && out0 >= 0 && B.grads.has(out0)) {
         if (!B.grads.has(t))
           B.grads.bind(t, B.grads.of.at(out0));
         else if (B.grads.holders(t) > 1)
@@ -161,7 +161,7 @@ struct Walk {
     now.insert(now.end(), transient.begin(), transient.end());
     B.steps.push_back(sym::sum(now));
 
-    if (op.kind == "view") {
+    if (op.kind == OpKind::kView) {
       for (int t : op.outputs) B.grads.unbind(t);
     } else {
       for (int t : op.outputs)

@@ -27,11 +27,11 @@ class LayerBuilder {
     layer_.tensors.push_back(Tensor{std::move(name), std::move(bytes), true, base});
     return static_cast<int>(layer_.tensors.size()) - 1;
   }
-  Op& op(std::string name, std::string kind, std::vector<int> in, std::vector<int> out,
+  Op& op(std::string name, OpKind kind, std::vector<int> in, std::vector<int> out,
          std::vector<int> saved) {
     Op o;
     o.name = std::move(name);
-    o.kind = std::move(kind);
+    o.kind = kind;
     o.inputs = std::move(in);
     o.outputs = std::move(out);
     o.saved = std::move(saved);
@@ -65,7 +65,7 @@ int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const
   int y = B.tensor(name + ".out", n * w(o));
   bool ln = kind == spec::Norm::kLayerNorm;
   int stats = B.tensor(name + ".stats", sb() / region(o) * (ln ? 8 : 4), false);
-  Op& op = B.op(name, ln ? "layernorm" : "rmsnorm", {x}, {y, stats}, {x, stats});
+  Op& op = B.op(name, ln ? OpKind::kLayerNorm : OpKind::kRmsNorm, {x}, {y, stats}, {x, stats});
   op.params = ln ? 2 * S().h : S().h;
   op.fwd_flops = (ln ? 8 : 5) * n;
   op.bwd_flops = 2 * op.fwd_flops;
@@ -81,7 +81,7 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
                   Expr bias, bool owns_weight = true) {
   const auto& o = B.o_;
   int y = B.tensor(name + ".out", sb() * out * w(o));
-  Op& op = B.op(name, "linear", {x}, {y}, {x});
+  Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
   Expr full_in = sb() * in_features * w(o);
   if (o.sequence_parallel) {
     op.temporaries.push_back(B.tensor(name + ".gathered_input", full_in, false));
@@ -107,7 +107,7 @@ int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bi
   const auto& o = B.o_;
   Expr full_out = sb() * S().h * w(o);
   int y = B.tensor(name + ".out", full_out / region(o));
-  Op& op = B.op(name, "linear", {x}, {y}, {x});
+  Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
   if (o.sequence_parallel) {
     op.temporaries.push_back(B.tensor(name + ".partial_sum", full_out, false));
     op.fwd_comm = {CommKind::kReduceScatter, full_out};
@@ -132,7 +132,7 @@ int dropout(LayerBuilder& B, const std::string& name, int x, Expr elements) {
   if (!o.dropout) return x;
   int mask = B.tensor(name + ".mask", elements, false);
   int y = B.tensor(name + ".out", elements * w(o));
-  Op& op = B.op(name, "dropout", {x}, {y, mask}, {mask});
+  Op& op = B.op(name, OpKind::kDropout, {x}, {y, mask}, {mask});
   op.fwd_flops = 2 * elements;
   op.bwd_flops = elements;
   op.bytes_read = elements * w(o);
@@ -144,7 +144,7 @@ int residual_add(LayerBuilder& B, const std::string& name, int x, int y) {
   const auto& o = B.o_;
   Expr n = sb() * S().h / region(o);
   int z = B.tensor(name + ".out", n * w(o));
-  Op& op = B.op(name, "add", {x, y}, {z}, {});
+  Op& op = B.op(name, OpKind::kAdd, {x, y}, {z}, {});
   op.fwd_flops = n;
   op.bwd_flops = Expr(0.0);
   op.bytes_read = 2 * n * w(o);
@@ -164,7 +164,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
   if (o.flash_attention) {
     int ctx = B.tensor("attn.core.out", ctx_bytes);
     int lse = B.tensor("attn.core.lse", s.b * heads * s.s * 4, false);
-    Op& op = B.op("attn.core", "flash_attention", {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
+    Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
     op.attention_core = true;
     op.causal_attention = true;  // decoder-only: the kernel skips blocks above the diagonal
     op.fwd_flops = 4 * s.b * s.s * s.s * s.h / s.t;
@@ -176,7 +176,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
   Expr scores = s.b * heads * s.s * s.s;
   int ke = k, ve = v;
   int sc = B.tensor("attn.scores", scores * w(o));
-  Op& qk = B.op("attn.qk", "bmm", {q, ke}, {sc}, {q, ke});
+  Op& qk = B.op("attn.qk", OpKind::kBmm, {q, ke}, {sc}, {q, ke});
   qk.attention_core = true;
   qk.is_gemm = true;
   qk.gemm = {s.b * heads, s.s, s.s, s.h / s.a};
@@ -185,7 +185,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
   qk.bytes_read = 2 * ctx_bytes;
   qk.bytes_written = scores * w(o);
   int p = B.tensor("attn.probs", scores * w(o));
-  Op& sm = B.op("attn.softmax", "softmax", {sc}, {p}, {p});
+  Op& sm = B.op("attn.softmax", OpKind::kSoftmax, {sc}, {p}, {p});
   sm.attention_core = true;
   sm.fwd_flops = 5 * scores;
   sm.bwd_flops = 3 * scores;
@@ -195,7 +195,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
   if (o.dropout) {
     int mask = B.tensor("attn.dropout.mask", scores, false);
     pd = B.tensor("attn.dropout.out", scores * w(o));
-    Op& d = B.op("attn.dropout", "dropout", {p}, {pd, mask}, {mask});
+    Op& d = B.op("attn.dropout", OpKind::kDropout, {p}, {pd, mask}, {mask});
     d.attention_core = true;
     d.fwd_flops = 2 * scores;
     d.bwd_flops = scores;
@@ -203,7 +203,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
     d.bytes_written = scores * (w(o) + 1);
   }
   int ctx = B.tensor("attn.context", ctx_bytes);
-  Op& pv = B.op("attn.pv", "bmm", {pd, ve}, {ctx}, {pd, ve});
+  Op& pv = B.op("attn.pv", OpKind::kBmm, {pd, ve}, {ctx}, {pd, ve});
   pv.attention_core = true;
   pv.is_gemm = true;
   pv.gemm = {s.b * heads, s.s, s.h / s.a, s.s};
@@ -226,11 +226,11 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
   int qkv = column_linear(B, "attn.qkv", x, s.h, (s.h + 2 * kv_width) / s.t, qkv_bias);
   // q, k, v are views of one allocation: saving any of them keeps all of qkv alive.
   int q = B.view("attn.q", qkv, q_bytes), k = B.view("attn.k", qkv, kv_bytes), v = B.view("attn.v", qkv, kv_bytes);
-  B.op("attn.split", "view", {qkv}, {q, k, v}, {});
+  B.op("attn.split", OpKind::kView, {qkv}, {q, k, v}, {});
   if (m.positions == spec::Positions::kRotary) {
     // Out-of-place rotary (Megatron's apply_rotary_pos_emb): new q and k, saves only cos/sin.
     int qr = B.tensor("attn.q_rot", q_bytes), kr = B.tensor("attn.k_rot", kv_bytes);
-    Op& r = B.op("attn.rotary", "rotary", {q, k}, {qr, kr}, {});
+    Op& r = B.op("attn.rotary", OpKind::kRotary, {q, k}, {qr, kr}, {});
     r.fwd_flops = 3 * sb() * (s.h + kv_width) / s.t;
     r.bwd_flops = r.fwd_flops;
     r.bytes_read = q_bytes + kv_bytes;
@@ -240,7 +240,7 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
   }
   if (!o.flash_attention && m.num_kv_heads != m.num_heads) {
     int ke = B.tensor("attn.k_expanded", q_bytes), ve = B.tensor("attn.v_expanded", q_bytes);
-    Op& e = B.op("attn.expand_kv", "repeat", {k, v}, {ke, ve}, {});
+    Op& e = B.op("attn.expand_kv", OpKind::kRepeat, {k, v}, {ke, ve}, {});
     e.attention_core = true;
     e.bytes_read = 2 * kv_bytes;
     e.bytes_written = 2 * q_bytes;
@@ -263,7 +263,7 @@ int mlp(LayerBuilder& B, int x, const ModelSpec& m) {
     Expr bias = m.linear_bias ? 2 * s.f / s.t : Expr(0.0);
     int gu = column_linear(B, "mlp.gate_up", x, s.h, 2 * s.f / s.t, bias);
     int y = B.tensor("mlp.swiglu.out", act * w(o));
-    Op& op = B.op("mlp.swiglu", "swiglu", {gu}, {y}, {gu});
+    Op& op = B.op("mlp.swiglu", OpKind::kSwiGlu, {gu}, {y}, {gu});
     op.fwd_flops = 4 * act;
     op.bwd_flops = 8 * act;
     op.bytes_read = 2 * act * w(o);
@@ -273,7 +273,7 @@ int mlp(LayerBuilder& B, int x, const ModelSpec& m) {
   Expr bias = m.linear_bias ? s.f / s.t : Expr(0.0);
   int h1 = column_linear(B, "mlp.fc1", x, s.h, s.f / s.t, bias);
   int y = B.tensor("mlp.gelu.out", act * w(o));
-  Op& op = B.op("mlp.gelu", "gelu", {h1}, {y}, {h1});
+  Op& op = B.op("mlp.gelu", OpKind::kGelu, {h1}, {y}, {h1});
   op.fwd_flops = 8 * act;
   op.bwd_flops = 12 * act;
   op.bytes_read = act * w(o);
@@ -314,7 +314,7 @@ Layer lower_embedding(const ModelSpec& m, const LoweringOptions& o) {
   Expr full = sb() * s.h * w(o);
   int e = B.tensor("embedding.word.out", full / region(o));
   // Vocab-parallel lookup: each rank holds V/t rows, outputs are summed across ranks.
-  Op& op = B.op("embedding.word", "embedding", {tokens}, {e}, {tokens});
+  Op& op = B.op("embedding.word", OpKind::kEmbedding, {tokens}, {e}, {tokens});
   op.params = s.V * s.h / s.t;
   op.fwd_flops = Expr(0.0);
   op.bwd_flops = sb() * s.h;
@@ -329,7 +329,7 @@ Layer lower_embedding(const ModelSpec& m, const LoweringOptions& o) {
   int out = e;
   if (m.positions == spec::Positions::kLearned) {
     out = B.tensor("embedding.position.out", full / region(o));
-    Op& p = B.op("embedding.position", "add", {e}, {out}, {});
+    Op& p = B.op("embedding.position", OpKind::kAdd, {e}, {out}, {});
     p.params = Expr(static_cast<double>(m.max_position_embeddings)) * s.h;
     p.fwd_flops = sb() * s.h / region(o);
     p.bwd_flops = sb() * s.h / region(o);
@@ -353,7 +353,7 @@ Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
   if (o.act_bytes != 4) {
     // Megatron computes the loss in fp32 (fp16_lm_cross_entropy off by default).
     loss_in = B.tensor("loss.logits_fp32", n_logits * 4);
-    Op& c = B.op("loss.to_fp32", "cast", {logits}, {loss_in}, {});
+    Op& c = B.op("loss.to_fp32", OpKind::kCast, {logits}, {loss_in}, {});
     c.fwd_flops = Expr(0.0);
     c.bwd_flops = Expr(0.0);
     c.bytes_read = n_logits * w(o);
@@ -363,7 +363,7 @@ Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
   // backward turns them into the gradient in place. Also keeps the target mask and ids.
   int loss = B.tensor("loss.value", sb() * 4);
   int targets = B.tensor("loss.targets", sb() * 9, false);
-  Op& ce = B.op("loss.cross_entropy", "cross_entropy", {loss_in}, {loss, targets}, {loss_in, targets});
+  Op& ce = B.op("loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets}, {loss_in, targets});
   ce.backward_in_place = true;
   ce.fwd_flops = 5 * n_logits;
   ce.bwd_flops = 2 * n_logits;

@@ -6,35 +6,32 @@
 
 namespace mist::hardware {
 
-void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k) {
-  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return;
-  const PerfConstants base;
-  const double peak = peak_matmul_flops(g, d);
-  const double work = gemm_effective_flops(g, batch, m, n, k);
-  const double bytes = batch * (m * k + k * n + m * n) * spec::dtype_bytes(d);
-  // Bound by whichever the default constants say (gemm_time's max), so the model stays linear.
-  const double compute_s = work * (1 + base.gemm_k_overhead / k) / achievable_matmul_flops(g, d, base);
-  if (bytes / (g.mem_bw * base.hbm_efficiency) > compute_s)
-    s.stream_s_at_peak += bytes / g.mem_bw;
-  else {
-    s.gemm_s_at_peak += work / peak;
-    s.gemm_k_s_at_peak += work / (k * peak);
+void add_kernel(FitSample& s, const spec::GpuSpec& g, const Kernel& k, const PerfConstants& at) {
+  if (const auto* mm = std::get_if<GemmKernel>(&k)) {
+    if (mm->empty()) return;
+    const double peak = peak_matmul_flops(g, mm->dtype);
+    const double work = gemm_effective_flops(g, mm->batch, mm->m, mm->n, mm->k);
+    if (gemm_bounds(g, *mm, at).memory_bound()) {
+      s.stream_s_at_peak += mm->bytes() / g.mem_bw;
+    } else {
+      s.gemm_s_at_peak += work / peak;
+      s.gemm_k_s_at_peak += work / (mm->k * peak);
+    }
+  } else if (const auto* fa = std::get_if<FlashKernel>(&k)) {
+    if (fa->flops <= 0) return;
+    (fa->backward ? s.flash_bwd_s_at_peak : s.flash_fwd_s_at_peak) += fa->flops / peak_matmul_flops(g, fa->dtype);
+    s.hopper = sm90_attention(g);
+  } else {
+    const auto& st = std::get<StreamKernel>(k);
+    if (st.bytes <= 0) return;
+    s.stream_s_at_peak += st.bytes / g.mem_bw;
+    s.vector_flops += std::max(0.0, st.flops);
   }
   s.kernels += 1;
 }
 
-void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes, double flops) {
-  if (bytes <= 0) return;
-  s.stream_s_at_peak += bytes / g.mem_bw;
-  s.vector_flops += std::max(0.0, flops);
-  s.kernels += 1;
-}
-
-void add_flash(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double flops, bool backward) {
-  if (flops <= 0) return;
-  (backward ? s.flash_bwd_s_at_peak : s.flash_fwd_s_at_peak) += flops / peak_matmul_flops(g, d);
-  s.hopper = g.vendor == "nvidia" && g.compute_capability >= 9.0;
-  s.kernels += 1;
+void add_kernels(FitSample& s, const spec::GpuSpec& g, const std::vector<Kernel>& kernels, const PerfConstants& at) {
+  for (const Kernel& k : kernels) add_kernel(s, g, k, at);
 }
 
 double predict(const FitSample& s, const PerfConstants& c) {
@@ -43,8 +40,8 @@ double predict(const FitSample& s, const PerfConstants& c) {
   return (s.gemm_s_at_peak + c.gemm_k_overhead * s.gemm_k_s_at_peak) / e_mm +
          s.stream_s_at_peak / c.hbm_efficiency + s.kernels * c.kernel_launch_s +
          (c.vector_flops > 0 ? s.vector_flops / c.vector_flops : 0) +
-         s.flash_fwd_s_at_peak / (s.hopper ? c.flash_fwd_efficiency_sm90 : c.flash_fwd_efficiency) +
-         s.flash_bwd_s_at_peak / (s.hopper ? c.flash_bwd_efficiency_sm90 : c.flash_bwd_efficiency);
+         s.flash_fwd_s_at_peak / flash_efficiency(c, s.hopper, false) +
+         s.flash_bwd_s_at_peak / flash_efficiency(c, s.hopper, true);
 }
 
 ErrorStats relative_errors(const std::vector<FitSample>& samples, const PerfConstants& c) {

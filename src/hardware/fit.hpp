@@ -1,6 +1,6 @@
 // Least-squares fit of the op-time model's efficiency constants for one device from measured op
 // times (`mist fit`, docs/time-model.md "Fitting the op constants"). The analytical op time is
-// linear in three unknowns once the op's shape is known:
+// linear in these unknowns once the kernels the op runs are known (op_cost.hpp: op_kernels):
 //   t = W / (e_mm · peak) + B / (e_hbm · mem_bw) + n · launch + F / vector_flops
 //       + A_fwd / (e_fa_fwd · peak) + A_bwd / (e_fa_bwd · peak)
 // with W the GEMM work in whole tiles and waves (hardware::gemm_effective_flops) times
@@ -32,18 +32,20 @@ struct FitSample {
   double kernels = 0;           // kernel launches
   double vector_flops = 0;      // elementwise FLOPs of memory-bound ops
   double flash_fwd_s_at_peak = 0, flash_bwd_s_at_peak = 0;  // flash attention FLOPs / dense peak
-  bool hopper = false;          // the device's flash efficiency is the _sm90 one (perf_model.hpp)
+  bool hopper = false;          // the device's flash efficiency is the _sm90 one (sm90_attention)
 };
 
-// Features of a GEMM C[m×n] = A[m×k]·B[k×n] (`batch` times) and of a memory-bound kernel moving
-// `bytes` and doing `flops` of elementwise math, added to `s`. A GEMM that the default constants
-// find memory-bound counts as streaming.
-void add_gemm(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k);
-void add_stream(FitSample& s, const spec::GpuSpec& g, double bytes, double flops = 0);
-// A flash-attention kernel of `flops` (causal halving applied by the caller).
-void add_flash(FitSample& s, const spec::GpuSpec& g, spec::Dtype d, double flops, bool backward);
+// Adds the features of one kernel (op_cost.hpp) to `s`, linearised at the constants `at`: a GEMM
+// that `at` finds memory-bound (GemmBounds, the test gemm_time takes) counts as streaming, so the
+// model stays linear in the unknowns. With the constants it was linearised at, predict(s, at) is the
+// kernels' kernel_time (where `at` sets matmul_efficiency, or the device has no MAMF: see predict).
+void add_kernel(FitSample& s, const spec::GpuSpec& g, const Kernel& k, const PerfConstants& at = {});
+void add_kernels(FitSample& s, const spec::GpuSpec& g, const std::vector<Kernel>& kernels,
+                 const PerfConstants& at = {});
 
-// The model's time for a sample under constants `c`.
+// The model's time for a sample under constants `c`. Without a fitted matmul_efficiency GEMMs are
+// rated at default_matmul_efficiency, not at the catalog's MAMF as achievable_matmul_flops does: the
+// "defaults" errors `mist fit` reports are of that rate.
 double predict(const FitSample& s, const PerfConstants& c);
 
 struct ErrorStats {

@@ -7,11 +7,6 @@ namespace mist::hardware {
 
 namespace {
 
-double eval(const sym::Expr& e, const sym::Bindings& at) {
-  auto v = sym::evaluate(e, at);
-  return v ? *v : 0.0;  // an unbound symbol is a lowering bug; the op then costs nothing
-}
-
 // cuBLAS/CUTLASS pick a thread-block tile per GEMM; a large tile wastes work on ragged edges and
 // leaves SMs idle in the last wave, a small one runs each tile less efficiently. The efficiencies
 // of the smaller tiles relative to the 256×128 one are assumptions (docs/time-model.md).
@@ -40,15 +35,30 @@ double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const Perf
   return peak * k.default_matmul_efficiency;
 }
 
+bool sm90_attention(const spec::GpuSpec& g) { return g.vendor == "nvidia" && g.compute_capability >= 9.0; }
+
+double flash_efficiency(const PerfConstants& c, bool sm90, bool backward) {
+  if (backward) return sm90 ? c.flash_bwd_efficiency_sm90 : c.flash_bwd_efficiency;
+  return sm90 ? c.flash_fwd_efficiency_sm90 : c.flash_fwd_efficiency;
+}
+
 double flash_efficiency(const spec::GpuSpec& g, const PerfConstants& c, bool backward) {
-  const bool hopper = g.vendor == "nvidia" && g.compute_capability >= 9.0;
-  if (backward) return hopper ? c.flash_bwd_efficiency_sm90 : c.flash_bwd_efficiency;
-  return hopper ? c.flash_fwd_efficiency_sm90 : c.flash_fwd_efficiency;
+  return flash_efficiency(c, sm90_attention(g), backward);
+}
+
+double flash_time(const spec::GpuSpec& g, const FlashKernel& k, const PerfConstants& c) {
+  if (k.flops <= 0) return 0;
+  return k.flops / (peak_matmul_flops(g, k.dtype) * flash_efficiency(g, c, k.backward)) + c.kernel_launch_s;
 }
 
 double streaming_time(const spec::GpuSpec& g, double bytes, const PerfConstants& c) {
   if (bytes <= 0) return 0;
   return bytes / (g.mem_bw * c.hbm_efficiency) + c.kernel_launch_s;
+}
+
+double streaming_time(const spec::GpuSpec& g, const StreamKernel& k, const PerfConstants& c) {
+  const double math = c.vector_flops > 0 ? 1 / c.vector_flops : 0;  // 0: the math never binds
+  return streaming_time(g, k.bytes, c) + k.flops * math;
 }
 
 double gemm_effective_flops(const spec::GpuSpec& g, double batch, double m, double n, double k) {
@@ -66,42 +76,42 @@ double gemm_effective_flops(const spec::GpuSpec& g, double batch, double m, doub
   return best;
 }
 
+double wave_utilisation(const spec::GpuSpec& g, double batch, double m, double n) {
+  if (g.vendor == "cpu" || g.sm_count <= 0) return 1;
+  const double tiles = batch * std::ceil(m / 128) * std::ceil(n / 128);
+  if (tiles <= 0) return 1;
+  return tiles / (std::ceil(tiles / g.sm_count) * g.sm_count);
+}
+
+GemmBounds gemm_bounds(const spec::GpuSpec& g, const GemmKernel& k, const PerfConstants& c) {
+  if (k.empty()) return {};
+  const double rate = achievable_matmul_flops(g, k.dtype, c);
+  const double work = gemm_effective_flops(g, k.batch, k.m, k.n, k.k) * (1 + c.gemm_k_overhead / k.k);
+  return {work / rate, k.bytes() / (g.mem_bw * c.hbm_efficiency)};
+}
+
+double gemm_time(const spec::GpuSpec& g, const GemmKernel& k, const PerfConstants& c) {
+  if (k.empty()) return 0;
+  const GemmBounds b = gemm_bounds(g, k, c);
+  return (b.memory_bound() ? b.memory_s : b.compute_s) + c.kernel_launch_s;
+}
+
 double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k,
                  const PerfConstants& c) {
-  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
-  const double rate = achievable_matmul_flops(g, d, c);
-  const double bytes = batch * (m * k + k * n + m * n) * spec::dtype_bytes(d);
-  const double work = gemm_effective_flops(g, batch, m, n, k) * (1 + c.gemm_k_overhead / k);
-  return std::max(work / rate, bytes / (g.mem_bw * c.hbm_efficiency)) + c.kernel_launch_s;
+  return gemm_time(g, GemmKernel{batch, m, n, k, d}, c);
+}
+
+double kernel_time(const spec::GpuSpec& g, const Kernel& k, const PerfConstants& c) {
+  if (const auto* gemm = std::get_if<GemmKernel>(&k)) return gemm_time(g, *gemm, c);
+  if (const auto* flash = std::get_if<FlashKernel>(&k)) return flash_time(g, *flash, c);
+  return streaming_time(g, std::get<StreamKernel>(k), c);
 }
 
 OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const sym::Bindings& at,
                const PerfConstants& c) {
   OpTime t;
-  if (op.kind == "view") return t;
-  if (op.is_gemm) {
-    const double B = eval(op.gemm.batch, at), m = eval(op.gemm.m, at), n = eval(op.gemm.n, at),
-                 k = eval(op.gemm.k, at);
-    t.fwd = gemm_time(g, d, B, m, n, k, c);
-    // Input gradient dA = dC·Bᵀ (m×k, inner n) and weight gradient dB = Aᵀ·dC (k×n, inner m).
-    t.bwd = gemm_time(g, d, B, m, k, n, c) + gemm_time(g, d, B, k, n, m, c);
-    return t;
-  }
-  if (op.kind == "flash_attention") {
-    const double causal = op.causal_attention ? 0.5 : 1.0;
-    const double peak = peak_matmul_flops(g, d);
-    t.fwd = causal * eval(op.fwd_flops, at) / (peak * flash_efficiency(g, c, false)) + c.kernel_launch_s;
-    t.bwd = causal * eval(op.bwd_flops, at) / (peak * flash_efficiency(g, c, true)) + c.kernel_launch_s;
-    return t;
-  }
-  // Everything else is memory-bound: the forward streams what it reads and writes; the backward
-  // reads the output gradient and the saved inputs and writes the input gradient, about twice.
-  const double bytes = eval(op.bytes_read, at) + eval(op.bytes_written, at);
-  const double math = c.vector_flops > 0 ? 1 / c.vector_flops : 0;
-  t.fwd = streaming_time(g, bytes, c) + eval(op.fwd_flops, at) * math;
-  t.bwd = op.bwd_flops.is_constant() && op.bwd_flops.constant_value() == 0
-              ? 0
-              : streaming_time(g, 2 * bytes, c) + eval(op.bwd_flops, at) * math;
+  for (const Kernel& k : op_kernels(op, at, d, Pass::kForward)) t.fwd += kernel_time(g, k, c);
+  for (const Kernel& k : op_kernels(op, at, d, Pass::kBackward)) t.bwd += kernel_time(g, k, c);
   return t;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "graph/layer.hpp"
+#include "hardware/op_cost.hpp"
 #include "spec/cluster.hpp"
 #include "spec/training.hpp"
 
@@ -55,20 +56,48 @@ double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const Perf
 // tile that needs least (FLOPs; at rate R the GEMM's compute takes this / R). Without the tiles'
 // fixed cost: gemm_time multiplies by (1 + gemm_k_overhead / k).
 double gemm_effective_flops(const spec::GpuSpec& g, double batch, double m, double n, double k);
-// Time of C[m×n] = A[m×k]·B[k×n], `batch` times, elements of `bytes` each.
+// Share of the SMs busy over a GEMM's waves of 128×128 output tiles: tiles / (waves · SMs); 1 on a
+// CPU. Habitat's wave scaling (Yu et al., USENIX ATC 2021): a kernel's time moves with its number
+// of waves, not only with the device's rate. profile::scale_factor scales measured GEMM times with
+// it; it is coarser than gemm_effective_flops's choice of tile and kept apart so that scaled times
+// stay what they were.
+double wave_utilisation(const spec::GpuSpec& g, double batch, double m, double n);
+
+// The two bounds of a GEMM's time, launch excluded: its main loop at the matmul rate (the tiles'
+// work with their fixed cost) and its operands streamed through HBM. A GEMM is memory-bound when
+// the second is longer; gemm_time takes that one, and the fit (fit.hpp) linearises by the same test.
+struct GemmBounds {
+  double compute_s = 0, memory_s = 0;
+  bool memory_bound() const { return memory_s > compute_s; }
+};
+GemmBounds gemm_bounds(const spec::GpuSpec& g, const GemmKernel& k, const PerfConstants& c = {});
+// Time of C[m×n] = A[m×k]·B[k×n], `batch` times, elements of `d`.
 double gemm_time(const spec::GpuSpec& g, spec::Dtype d, double batch, double m, double n, double k,
                  const PerfConstants& c = {});
-// The fraction of the dense peak flash attention reaches on `g` (forward or backward).
+double gemm_time(const spec::GpuSpec& g, const GemmKernel& k, const PerfConstants& c = {});
+
+// On Hopper and later (NVIDIA compute capability >= 9) training stacks run attention through
+// cuDNN's fused kernel: its efficiencies are the _sm90 constants.
+bool sm90_attention(const spec::GpuSpec& g);
+// The fraction of the dense peak flash attention reaches (forward or backward), on a device whose
+// attention is sm90's or not.
+double flash_efficiency(const PerfConstants& c, bool sm90, bool backward);
 double flash_efficiency(const spec::GpuSpec& g, const PerfConstants& c, bool backward);
+double flash_time(const spec::GpuSpec& g, const FlashKernel& k, const PerfConstants& c = {});
 // Time of a kernel that moves `bytes` through HBM.
 double streaming_time(const spec::GpuSpec& g, double bytes, const PerfConstants& c = {});
+// ... and does `k.flops` of elementwise math at c.vector_flops.
+double streaming_time(const spec::GpuSpec& g, const StreamKernel& k, const PerfConstants& c = {});
+
+double kernel_time(const spec::GpuSpec& g, const Kernel& k, const PerfConstants& c = {});
 
 struct OpTime {
   double fwd = 0;  // seconds
   double bwd = 0;  // seconds: input gradients and weight gradients
 };
 
-// Time of one lowered op with its symbols bound (b, s, h, a, g, f, V, t).
+// Time of one lowered op with its symbols bound (b, s, h, a, g, f, V, t): the sum of the times of
+// the kernels each pass runs (op_cost.hpp).
 OpTime op_time(const spec::GpuSpec& g, spec::Dtype d, const graph::Op& op, const sym::Bindings& at,
                const PerfConstants& c = {});
 

@@ -16,24 +16,10 @@ std::string key(const std::string& op, const std::string& shape, const std::stri
   return op + '|' + shape + '|' + dtype + '|' + pass;
 }
 
-double eval(const sym::Expr& e, const sym::Bindings& at) {
-  auto v = sym::evaluate(e, at);
-  return v ? *v : 0.0;
-}
-
-bool compute_bound(const graph::Op& op) { return op.is_gemm || op.kind == "flash_attention"; }
-
-bool has_backward(const graph::Op& op) {
-  return compute_bound(op) || !(op.bwd_flops.is_constant() && op.bwd_flops.constant_value() == 0);
-}
-
-// Share of the SMs busy over a GEMM's waves of 128×128 output tiles (Habitat's wave scaling: a
-// kernel's time moves with its number of waves, not only with the device's rate). 1 on a CPU.
-double wave_utilisation(const spec::GpuSpec& g, double batch, double m, double n) {
-  if (g.vendor == "cpu" || g.sm_count <= 0) return 1;
-  const double tiles = batch * std::ceil(m / 128) * std::ceil(n / 128);
-  if (tiles <= 0) return 1;
-  return tiles / (std::ceil(tiles / g.sm_count) * g.sm_count);
+// A pass that runs a GEMM or fused attention scales with the matmul rate, any other with bandwidth.
+bool compute_bound(const std::vector<hardware::Kernel>& kernels) {
+  return std::any_of(kernels.begin(), kernels.end(),
+                     [](const hardware::Kernel& k) { return !std::holds_alternative<hardware::StreamKernel>(k); });
 }
 
 }  // namespace
@@ -100,21 +86,22 @@ std::vector<const Measurement*> OpTable::others(const std::string& device, const
 
 double scale_factor(const spec::GpuSpec& from, const spec::GpuSpec& to, spec::Dtype d, const graph::Op& op,
                     bool backward, const sym::Bindings& at, const hardware::PerfConstants& c) {
-  if (!compute_bound(op)) return from.mem_bw > 0 && to.mem_bw > 0 ? from.mem_bw / to.mem_bw : 0;
+  const auto kernels = hardware::op_kernels(op, at, d, backward ? hardware::Pass::kBackward : hardware::Pass::kForward);
+  if (!compute_bound(kernels)) return from.mem_bw > 0 && to.mem_bw > 0 ? from.mem_bw / to.mem_bw : 0;
   const double r_from = hardware::achievable_matmul_flops(from, d, c), r_to = hardware::achievable_matmul_flops(to, d, c);
   if (!(r_from > 0 && r_to > 0)) return 0;
   double factor = r_from / r_to;
-  if (op.is_gemm) {
-    const double B = eval(op.gemm.batch, at), m = eval(op.gemm.m, at), n = eval(op.gemm.n, at),
-                 k = eval(op.gemm.k, at);
-    // Time ∝ Σ 1/utilisation over the pass's GEMMs (equal FLOPs each): forward C = A·B (m×n);
-    // backward dA (m×k) and dB (k×n).
-    auto inv = [&](const spec::GpuSpec& g) {
-      return backward ? 1 / wave_utilisation(g, B, m, k) + 1 / wave_utilisation(g, B, k, n)
-                      : 1 / wave_utilisation(g, B, m, n);
-    };
-    factor *= inv(to) / inv(from);
-  }
+  // Time ∝ Σ 1/utilisation over the pass's GEMMs (equal FLOPs each): forward C = A·B, backward dA
+  // and dB, each by the shape of its output.
+  double inv_from = 0, inv_to = 0;
+  bool gemm = false;
+  for (const auto& k : kernels)
+    if (const auto* mm = std::get_if<hardware::GemmKernel>(&k)) {
+      inv_from += 1 / hardware::wave_utilisation(from, mm->batch, mm->m, mm->n);
+      inv_to += 1 / hardware::wave_utilisation(to, mm->batch, mm->m, mm->n);
+      gemm = true;
+    }
+  if (gemm) factor *= inv_to / inv_from;
   return factor;
 }
 
@@ -122,8 +109,8 @@ ResolvedOp resolve_op(const OpTable* table, const spec::GpuSpec& g, spec::Dtype 
                       const std::string& shape, const sym::Bindings& at, const hardware::PerfConstants& c) {
   ResolvedOp r;
   r.time = hardware::op_time(g, d, op, at, c);
-  r.has_bwd = op.kind != "view" && has_backward(op);
-  if (!table || op.kind == "view") return r;
+  r.has_bwd = hardware::has_backward(op);
+  if (!table || op.kind == graph::OpKind::kView) return r;
   const std::string dtype = spec::to_string(d);
   auto from_table = [&](const char* pass, bool backward, double& seconds, Source& src) {
     if (const Measurement* m = table->exact(g.name, op.name, shape, dtype, pass)) {

@@ -89,6 +89,9 @@ bool provably_nonnegative(const Expr& e);
 Expr substitute(const Expr& e, const Bindings& values);
 // Numeric value; an unbound symbol is an error naming it.
 Result<double> evaluate(const Expr& e, const Bindings& values);
+// Numeric value, an unbound symbol making it 0: for the sizes of a lowered op, bound by the lowering's
+// own dimensions, where an unbound symbol is a lowering bug and the quantity then counts as nothing.
+double evaluate_or_zero(const Expr& e, const Bindings& values);
 // Free symbols, sorted.
 std::vector<std::string> symbols_of(const Expr& e);
 

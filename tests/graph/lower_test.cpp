@@ -1,5 +1,7 @@
 #include "graph/lower.hpp"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "graph/liveness.hpp"
@@ -42,6 +44,23 @@ TEST(Lowering, ParametersMatchTheModelSpec) {
   }
 }
 
+// Every kind the lowering emits has a stored name that parses back to it; other names parse to none.
+TEST(Lowering, OpKindsRoundTripThroughTheirStoredNames) {
+  std::set<std::string> seen;
+  for (const char* name : kModels)
+    for (bool flash : {false, true}) {
+      const auto lm = lower(*spec::catalog_model(name), 2048, options(false, flash, true));
+      for (const Layer* L : {&lm.embedding, &lm.block, &lm.head})
+        for (const auto& op : L->ops) {
+          EXPECT_EQ(parse_op_kind(to_string(op.kind)), op.kind) << op.name;
+          seen.insert(to_string(op.kind));
+        }
+    }
+  EXPECT_EQ(seen.size(), 16u);  // every enumerator of OpKind (the fp32 cast too: bf16 models above)
+  EXPECT_EQ(parse_op_kind("linear"), OpKind::kLinear);
+  for (const char* other : {"layer", "Linear", "", "conv2d"}) EXPECT_FALSE(parse_op_kind(other).has_value()) << other;
+}
+
 // FLOPs of a block: 2 FLOPs per multiply-add of every matmul; for GPT the well-known
 // 24·b·s·h² + 4·b·s²·h forward (Narayanan et al. SC21, Eq. 3 without the LM head).
 TEST(Lowering, GptBlockForwardFlops) {
@@ -53,7 +72,7 @@ TEST(Lowering, GptBlockForwardFlops) {
   const double s = 2048, h = m.hidden_size, bb = 4;
   double matmul = 0;
   for (const auto& op : lm.block.ops)
-    if (op.kind == "linear" || op.kind == "bmm") matmul += eval(op.fwd_flops, b);
+    if (op.kind == OpKind::kLinear || op.kind == OpKind::kBmm) matmul += eval(op.fwd_flops, b);
   EXPECT_NEAR(matmul / (24 * bb * s * h * h + 4 * bb * s * s * h), 1.0, 1e-12);
   // Backward of every matmul is twice its forward.
   EXPECT_NEAR(eval(lm.block.bwd_flops(), b) / eval(lm.block.fwd_flops(), b), 2.0, 0.05);

@@ -19,17 +19,17 @@ std::vector<FitSample> synthesise(const spec::GpuSpec& g, const PerfConstants& t
   for (double tokens : {512.0, 2048.0, 8192.0, 32768.0})
     for (double h : {1024.0, 2560.0, 4096.0, 8192.0}) {
       FitSample mm;
-      add_gemm(mm, g, spec::Dtype::kBf16, 1, tokens, 3 * h, h);
+      add_kernel(mm, g, GemmKernel{1, tokens, 3 * h, h, spec::Dtype::kBf16});
       FitSample bwd;  // a backward: two GEMMs
-      add_gemm(bwd, g, spec::Dtype::kBf16, 1, tokens, h, 4 * h);
-      add_gemm(bwd, g, spec::Dtype::kBf16, 1, h, 4 * h, tokens);
+      add_kernels(bwd, g, {GemmKernel{1, tokens, h, 4 * h, spec::Dtype::kBf16},
+                           GemmKernel{1, h, 4 * h, tokens, spec::Dtype::kBf16}});
       FitSample st;
-      add_stream(st, g, tokens * h * 2 * 3);
+      add_kernel(st, g, StreamKernel{tokens * h * 2 * 3, 0});
       FitSample sm;  // a softmax-like op: elementwise math on top of its bytes
-      add_stream(sm, g, tokens * h * 2 * 2, 5 * tokens * h);
+      add_kernel(sm, g, StreamKernel{tokens * h * 2 * 2, 5 * tokens * h});
       FitSample fa, fb;  // causal flash attention, forward and backward
-      add_flash(fa, g, spec::Dtype::kBf16, 0.5 * 4 * tokens * 2048 * h, false);
-      add_flash(fb, g, spec::Dtype::kBf16, 0.5 * 10 * tokens * 2048 * h, true);
+      add_kernel(fa, g, FlashKernel{0.5 * 4 * tokens * 2048 * h, false, spec::Dtype::kBf16});
+      add_kernel(fb, g, FlashKernel{0.5 * 10 * tokens * 2048 * h, true, spec::Dtype::kBf16});
       for (FitSample s : {mm, bwd, st, sm, fa, fb}) {
         s.seconds = predict(s, truth) * jitter(rng);
         s.group = std::to_string(tokens) + "x" + std::to_string(h);
@@ -99,7 +99,7 @@ TEST(Fit, RecoversTheTilesFixedCostFromAGemmSweep) {
       for (double mn : {1024.0, 4096.0})
         for (double k : {256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0}) {
           FitSample s;
-          add_gemm(s, g, spec::Dtype::kBf16, b, mn, mn, k);
+          add_kernel(s, g, GemmKernel{b, mn, mn, k, spec::Dtype::kBf16});
           s.seconds = predict(s, truth);
           rows.push_back(s);
         }
@@ -116,14 +116,14 @@ TEST(Fit, RefusesRowsThatCannotDetermineTheConstants) {
   EXPECT_EQ(fit_constants({}).error().path, "rows");
   const auto g = *spec::catalog_gpu("A100-SXM4-80GB");
   FitSample st;
-  add_stream(st, g, 1e9);
+  add_kernel(st, g, StreamKernel{1e9, 0});
   st.seconds = 1e-3;
   auto r = fit_constants({st});
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().path, "rows");
   EXPECT_NE(r.error().message.find("no GEMM rows"), std::string::npos);
   FitSample mm;
-  add_gemm(mm, g, spec::Dtype::kBf16, 1, 4096, 4096, 4096);
+  add_kernel(mm, g, GemmKernel{1, 4096, 4096, 4096, spec::Dtype::kBf16});
   mm.seconds = -1;
   EXPECT_EQ(fit_constants({mm}).error().path, "rows[0].median_s");
 }

@@ -36,7 +36,7 @@ struct Block {
   }
   const graph::Op& first_of_kind(bool gemm) const {
     for (const auto& o : lm.block.ops)
-      if (o.kind != "view" && o.kind != "flash_attention" && o.is_gemm == gemm) return o;
+      if (o.kind != graph::OpKind::kView && o.kind != graph::OpKind::kFlashAttention && o.is_gemm == gemm) return o;
     throw std::runtime_error("no such op");
   }
   std::string shape() const { return shape_key(graph::LayerKind::kBlock, at); }
@@ -44,7 +44,7 @@ struct Block {
 
 Measurement entry(const std::string& device, const graph::Op& op, const std::string& shape, const char* pass,
                   double s) {
-  return {device, op.name, shape, "bf16", pass, op.kind, s, s, s, 3, "test", "2026-11-30"};
+  return {device, op.name, shape, "bf16", pass, graph::to_string(op.kind), s, s, s, 3, "test", "2026-11-30"};
 }
 
 spec::GpuSpec gpu(const char* name) { return *spec::catalog_gpu(name); }
@@ -139,7 +139,7 @@ TEST(StageTimerProfile, UsesMeasuredBlockOpsAndCountsSources) {
   std::vector<Measurement> rows;
   double fwd = 0, bwd = 0;
   for (const auto& op : b.lm.block.ops) {
-    if (op.kind == "view") continue;
+    if (op.kind == graph::OpKind::kView) continue;
     rows.push_back(entry("H100-SXM5-80GB", op, b.shape(), "forward", 1e-4));
     fwd += 1e-4;
     const auto r = resolve_op(nullptr, c.gpu, spec::Dtype::kBf16, op, b.shape(), b.at);

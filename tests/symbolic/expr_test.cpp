@@ -62,6 +62,9 @@ TEST(Expr, UnboundSymbolIsAnError) {
   auto r = evaluate(s * b, {{"s", 1}});
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().path, "b");
+  // The sizes of a lowered op: an unbound symbol makes the quantity 0.
+  EXPECT_EQ(evaluate_or_zero(s * b, {{"s", 3}, {"b", 2}}), 6.0);
+  EXPECT_EQ(evaluate_or_zero(s * b, {{"s", 1}}), 0.0);
 }
 
 TEST(Expr, ProvablyNonnegative) {

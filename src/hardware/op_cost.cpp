@@ -1,0 +1,47 @@
+#include "hardware/op_cost.hpp"
+
+namespace mist::hardware {
+
+namespace {
+
+bool zero(const sym::Expr& e) { return e.is_constant() && e.constant_value() == 0; }
+
+}  // namespace
+
+double GemmKernel::bytes() const { return batch * (m * k + k * n + m * n) * spec::dtype_bytes(dtype); }
+
+bool has_backward(const graph::Op& op) { return op.kind != graph::OpKind::kView && !zero(op.bwd_flops); }
+
+std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spec::Dtype d, Pass pass) {
+  const bool bwd = pass == Pass::kBackward;
+  std::vector<Kernel> out;
+  if (op.kind == graph::OpKind::kView || (bwd && !has_backward(op))) return out;
+  auto value = [&](const sym::Expr& e) { return sym::evaluate_or_zero(e, at); };
+  if (op.is_gemm) {
+    const double B = value(op.gemm.batch), m = value(op.gemm.m), n = value(op.gemm.n), k = value(op.gemm.k);
+    auto gemm = [&](double gm, double gn, double gk) {
+      if (const GemmKernel mm{B, gm, gn, gk, d}; !mm.empty()) out.push_back(mm);
+    };
+    if (!bwd) {
+      gemm(m, n, k);
+    } else {
+      gemm(m, k, n);  // input gradient dA = dC·Bᵀ: m×k, inner n
+      gemm(k, n, m);  // weight gradient dB = Aᵀ·dC: k×n, inner m
+    }
+    return out;
+  }
+  const double flops = value(bwd ? op.bwd_flops : op.fwd_flops);
+  if (op.kind == graph::OpKind::kFlashAttention) {
+    // Under a causal mask the kernel skips the blocks above the diagonal: half the work.
+    const double causal = op.causal_attention ? 0.5 : 1.0;
+    if (causal * flops > 0) out.push_back(FlashKernel{causal * flops, bwd, d});
+    return out;
+  }
+  // Everything else is memory-bound: the forward streams what it reads and writes; the backward
+  // reads the output gradient and the saved inputs and writes the input gradient, about twice.
+  const double bytes = value(op.bytes_read) + value(op.bytes_written);
+  if (bytes > 0) out.push_back(StreamKernel{bwd ? 2 * bytes : bytes, flops});
+  return out;
+}
+
+}  // namespace mist::hardware
