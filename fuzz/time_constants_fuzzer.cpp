@@ -20,6 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               std::to_string(c.matmul_efficiency));
   fuzz::check(c.kernel_launch_s >= 0 && c.kernel_launch_s <= 1e-2, "launch in [0, 10 ms]");
   fuzz::check(c.vector_flops >= 0 && std::isfinite(c.vector_flops), "vector FLOP/s finite, not negative");
+  fuzz::check(c.host_per_kernel_s >= 0 && c.host_per_kernel_s <= 1e-3, "host cost per kernel in [0, 1 ms]");
   const auto& job = fuzz::fixed_job();
   auto p = plan::uniform_plan(job.model, 2, 4, 2, 2, 128, {});
   auto prepared = analysis::PreparedJob::create(job.model, job.cluster, job.training, k);

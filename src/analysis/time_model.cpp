@@ -7,6 +7,7 @@
 #include "analysis/prepared_job.hpp"
 #include "graph/liveness.hpp"
 #include "graph/lower.hpp"
+#include "hardware/op_cost.hpp"
 
 namespace mist::analysis {
 
@@ -37,6 +38,14 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
     };
     r.fwd_tp += comm(op.fwd_comm);
     const double grad_comm = comm(op.bwd_comm), regather = comm(op.bwd_regather);
+    auto launches = [](const graph::TpComm& cm) { return cm.kind == graph::CommKind::kNone ? 0.0 : 1.0; };
+    const double fwd_kernels =
+        static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kForward).size()) + launches(op.fwd_comm);
+    r.kernels_fwd += fwd_kernels;
+    if (op.attention_core) r.kernels_core_fwd += fwd_kernels;
+    if (resolved.has_bwd)
+      r.kernels_bwd += static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kBackward).size());
+    r.kernels_bwd += launches(op.bwd_comm) + launches(op.bwd_regather);
     r.bwd_tp += grad_comm + regather;
     // Megatron's column-parallel linear launches its backward collectives asynchronously: the input
     // re-gather (sequence parallelism) runs under the input-gradient GEMM, the all-reduce or
@@ -185,17 +194,24 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double fwd_tp = tp_hidden ? 0 : blk.fwd_tp;
   const double bwd_tp = tp_hidden ? 0 : p.async_tp_backward ? blk.bwd_tp_async : blk.bwd_tp;
   const double fwd_tp_ov = tp_hidden ? blk.fwd_tp : 0, bwd_tp_ov = tp_hidden ? blk.bwd_tp : 0;
-  const double blk_fwd = overlapped(blk.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp;
+  // Each pass over a layer takes at least what the host spends issuing its kernels.
+  const double host = k.perf.host_per_kernel_s;
+  const double blk_fwd =
+      std::max(overlapped(blk.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp, host * blk.kernels_fwd);
   const double recompute_full = blk.fwd + blk.fwd_tp;
-  const double blk_bwd_nc = overlapped(blk.bwd + (selective ? blk.core_fwd : 0), ag + rs + bwd_tp_ov,
-                                       w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp;
-  const double blk_bwd_ck = overlapped(blk.bwd + recompute_full, ag + rs + bwd_tp_ov + fwd_tp_ov,
-                                       w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp;
+  const double blk_bwd_nc = std::max(overlapped(blk.bwd + (selective ? blk.core_fwd : 0), ag + rs + bwd_tp_ov,
+                                                w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp,
+                                     host * (blk.kernels_bwd + (selective ? blk.kernels_core_fwd : 0)));
+  const double blk_bwd_ck = std::max(overlapped(blk.bwd + recompute_full, ag + rs + bwd_tp_ov + fwd_tp_ov,
+                                                w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp,
+                                     host * (blk.kernels_bwd + blk.kernels_fwd));
 
-  const double fwd = l * blk_fwd + (first ? emb.fwd + emb.fwd_tp : 0) + (last ? head.fwd + head.fwd_tp : 0);
-  auto edge_bwd_tp = [&](const LayerTimes& x) { return p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp; };
-  const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? emb.bwd + edge_bwd_tp(emb) : 0) +
-                     (last ? head.bwd + edge_bwd_tp(head) : 0);
+  auto edge_fwd = [&](const LayerTimes& x) { return std::max(x.fwd + x.fwd_tp, host * x.kernels_fwd); };
+  auto edge_bwd = [&](const LayerTimes& x) {
+    return std::max(x.bwd + (p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp), host * x.kernels_bwd);
+  };
+  const double fwd = l * blk_fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
+  const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0);
   // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
   // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter

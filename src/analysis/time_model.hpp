@@ -74,6 +74,9 @@ struct LayerTimes {
   double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
   double params = 0;                // parameters held by one GPU
   double saved = 0;                 // activation bytes kept for backward
+  // Kernels the host issues for one pass (each op's kernels and each TP collective): times the
+  // stack's host cost per kernel, a floor under the pass (the GPU waits for a slower host).
+  double kernels_fwd = 0, kernels_bwd = 0, kernels_core_fwd = 0;
 };
 
 // The numbers behind a StageTime, without the labels (the tuner's hot path).

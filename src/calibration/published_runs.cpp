@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -205,6 +206,79 @@ Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, con
   k.perf.matmul_efficiency = fit.matmul_efficiency;
   MIST_TRY(fit.after, errors_of(runs, jobs, k));
   return fit;
+}
+
+namespace {
+
+// Golden-section search of `cost` over [lo, hi] to `tol`; returns the argmin found.
+Result<double> golden(const std::function<Result<double>(double)>& cost, double lo, double hi, double tol) {
+  const double g = (std::sqrt(5.0) - 1) / 2;
+  double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+  MIST_TRY(double c1, cost(x1));
+  MIST_TRY(double c2, cost(x2));
+  while (hi - lo > tol) {
+    if (c1 <= c2) {
+      hi = x2, x2 = x1, c2 = c1;
+      x1 = hi - g * (hi - lo);
+      MIST_TRY(c1, cost(x1));
+    } else {
+      lo = x1, x1 = x2, c1 = c2;
+      x2 = lo + g * (hi - lo);
+      MIST_TRY(c2, cost(x2));
+    }
+  }
+  return (lo + hi) / 2;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Result<RunsFit> fit_efficiency_and_host(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& base) {
+  MIST_TRY(RunsFit fit, fit_matmul_efficiency(runs, base));  // checks the runs; the host-free fit
+  MIST_TRY(auto jobs, prepare_runs(runs, base));
+  auto constants = [&](double e, double h) {
+    analysis::TimeConstants k = base;
+    k.perf.matmul_efficiency = e;
+    k.perf.host_per_kernel_s = h;
+    return k;
+  };
+  auto cost = [&](double e, double h) -> Result<double> {
+    MIST_TRY(auto errs, errors_of(runs, jobs, constants(e, h)));
+    return mean_abs_error(errs);
+  };
+  constexpr double kMaxHost = 200e-6;
+  double best_e = fit.matmul_efficiency, best_h = 0;
+  MIST_TRY(double best_cost, cost(best_e, best_h));
+  for (double e = 0.3; e <= 1.0 + 1e-9; e += 0.1)
+    for (double h : {5e-6, 10e-6, 20e-6, 40e-6, 80e-6}) {
+      MIST_TRY(double c, cost(e, h));
+      if (c < best_cost) best_e = e, best_h = h, best_cost = c;
+    }
+  for (int round = 0; round < 3; ++round) {
+    MIST_TRY(best_h, golden([&](double h) { return cost(best_e, h); }, std::max(0.0, best_h / 2 - 2e-6),
+                            std::min(kMaxHost, best_h * 2 + 2e-6), 1e-8));
+    MIST_TRY(best_e, golden([&](double e) { return cost(e, best_h); }, std::max(0.2, best_e - 0.1),
+                            std::min(1.0, best_e + 0.1), 1e-4));
+  }
+  fit.matmul_efficiency = std::round(best_e * 1e4) / 1e4;
+  fit.host_per_kernel_s = std::round(best_h * 1e8) / 1e8;
+  fit.fitted_host = true;
+  MIST_TRY(fit.after, errors_of(runs, jobs, constants(fit.matmul_efficiency, fit.host_per_kernel_s)));
+  return fit;
+}
+
+std::pair<std::vector<PublishedRun>, std::vector<PublishedRun>> split_runs(const std::vector<PublishedRun>& runs,
+                                                                           uint64_t seed) {
+  std::pair<std::vector<PublishedRun>, std::vector<PublishedRun>> out;
+  for (size_t i = 0; i < runs.size(); ++i)
+    (splitmix64(seed * 0x100000001b3ULL + i) & 1 ? out.second : out.first).push_back(runs[i]);
+  return out;
 }
 
 }  // namespace mist::calibration

@@ -14,7 +14,9 @@
 //              "reported": {...}}]}                       // the source's own figures, kept, not read
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,8 @@ double max_abs_error(const std::vector<RunError>& e);
 
 struct RunsFit {
   double matmul_efficiency = 0;    // fraction of the dense peak, for every GEMM of these runs' GPU
+  double host_per_kernel_s = 0;    // the stack's host cost per kernel (fitted only when asked)
+  bool fitted_host = false;
   std::vector<RunError> before;    // with `base` (the catalog's MAMF unless base says otherwise)
   std::vector<RunError> after;
 };
@@ -68,5 +72,17 @@ struct RunsFit {
 // then a golden-section search (the error is a sum of monotone terms in the efficiency). All runs
 // must share one GPU and one precision (the constant is that device's in that precision).
 Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& base = {});
+
+// The efficiency and the stack's host cost per kernel (hardware::PerfConstants::host_per_kernel_s,
+// in [0, 200] µs) together, for runs where small layers are host-bound: a coarse grid over both,
+// then alternating golden-section searches, each ending on values rounded to 1e-4 and 0.01 µs.
+Result<RunsFit> fit_efficiency_and_host(const std::vector<PublishedRun>& runs,
+                                        const analysis::TimeConstants& base = {});
+
+// A deterministic half of `runs` (by a hash of each run's position and `seed`, the same on every
+// platform): {fitted on, held out}. Where a source has no second source of the same stack and GPU,
+// the fit is scored on the half it did not see.
+std::pair<std::vector<PublishedRun>, std::vector<PublishedRun>> split_runs(const std::vector<PublishedRun>& runs,
+                                                                           uint64_t seed);
 
 }  // namespace mist::calibration

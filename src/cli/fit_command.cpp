@@ -65,6 +65,8 @@ int run_fit(const FitArgs& a, std::string& out, std::string& err) {
     return run_fit_runs(r, out, err);
   }
   if (!a.runs.test_runs.empty()) return invalid_input(err, Error{"--test-runs", "needs --runs"});
+  if (a.runs.hold_out_half >= 0) return invalid_input(err, Error{"--hold-out-half", "needs --runs"});
+  if (a.runs.host) return invalid_input(err, Error{"--host", "needs --runs"});
   if (a.gpu.empty()) return invalid_input(err, Error{"--gpu", "is required with --profile-db"});
   auto gpu = fit_gpu(a.gpu);
   if (!gpu) return invalid_input(err, gpu.error());
@@ -150,6 +152,11 @@ std::vector<Command> add_fit_command(CLI::App& app) {
                   "instead: published iteration times as mist jobs (data/published/*.json); "
                   "fits the matmul efficiency");
   sub->add_option("--test-runs", a->runs.test_runs, "with --runs: runs held out of the fit, scored before and after");
+  sub->add_option("--hold-out-half", a->runs.hold_out_half,
+                  "with --runs: fit on a half of the runs (chosen by this seed), score the other half")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  sub->add_flag("--host", a->runs.host,
+                "with --runs: fit the stack's host cost per kernel with the efficiency (runs with host-bound layers)");
   sub->add_option("--gemm-table", a->gemm_table,
                   "instead: measured GEMMs (CSV: b,m,n,k and seconds or flops_per_s); fits the GEMM model's "
                   "tile cost in k, rate and launch cost");

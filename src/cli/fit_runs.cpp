@@ -38,8 +38,17 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
   const std::string dtype_name = spec::to_string(dtype);
   // Held-out runs (checked before the fit): same GPU and precision, scored with the default and
   // the fitted constants.
-  std::vector<calibration::PublishedRun> test_runs;
-  if (!a.test_runs.empty()) {
+  std::vector<calibration::PublishedRun> fit_runs = runs->runs, test_runs;
+  std::string held_name = a.test_runs;
+  if (a.hold_out_half >= 0) {
+    if (!a.test_runs.empty()) return invalid_input(err, Error{"--hold-out-half", "give it or --test-runs, not both"});
+    auto [fitted, held] = calibration::split_runs(runs->runs, static_cast<uint64_t>(a.hold_out_half));
+    if (fitted.empty() || held.empty())
+      return invalid_input(err, Error{"--hold-out-half", "the runs are too few to split in two"});
+    fit_runs = std::move(fitted);
+    test_runs = std::move(held);
+    held_name = fmt::format("{} (the other half, seed {})", a.runs, a.hold_out_half);
+  } else if (!a.test_runs.empty()) {
     auto test = calibration::load_published_runs(a.test_runs);
     if (!test) return invalid_input(err, Error{"--test-runs: " + test.error().path, test.error().message});
     for (const auto& r : test->runs)
@@ -50,16 +59,18 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
       }
     test_runs = test->runs;
   }
-  auto fit = calibration::fit_matmul_efficiency(runs->runs);
+  auto fit = a.host ? calibration::fit_efficiency_and_host(fit_runs) : calibration::fit_matmul_efficiency(fit_runs);
   if (!fit) return invalid_input(err, Error{"--runs: " + fit.error().path, fit.error().message});
   std::vector<calibration::RunError> held_before, held_after;
   if (!test_runs.empty()) {
     analysis::TimeConstants k;
     k.perf.matmul_efficiency = fit->matmul_efficiency;
+    k.perf.host_per_kernel_s = fit->host_per_kernel_s;
     auto before = calibration::run_errors(test_runs);
     auto after = calibration::run_errors(test_runs, k);
     if (!before || !after)
-      return invalid_input(err, Error{"--test-runs", (before ? after : before).error().to_string()});
+      return invalid_input(err, Error{a.test_runs.empty() ? "--hold-out-half" : "--test-runs",
+                                      (before ? after : before).error().to_string()});
     held_before = *before;
     held_after = *after;
   }
@@ -69,15 +80,19 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
   r.fitted_matmul = true;
   r.before = stats(fit->before);
   r.after = stats(fit->after);
-  Json prov = {{"command", "mist fit --runs"}, {"runs", a.runs}, {"source", runs->source}, {"date", fit_date()},
+  const std::string fitted_name =
+      a.hold_out_half >= 0 ? fmt::format("{} (a half, seed {})", a.runs, a.hold_out_half) : a.runs;
+  Json prov = {{"command", a.host ? "mist fit --runs --host" : "mist fit --runs"}, {"runs", fitted_name},
+               {"source", runs->source}, {"date", fit_date()},
                {"mean_rel_error", r.after.mean}, {"mean_rel_error_defaults", r.before.mean}};
   if (!held_after.empty()) {
     const auto hb = stats(held_before), ha = stats(held_after);
-    prov["held_out"] = {{"runs", a.test_runs}, {"count", ha.rows}, {"mean_rel_error", ha.mean},
+    prov["held_out"] = {{"runs", held_name}, {"count", ha.rows}, {"mean_rel_error", ha.mean},
                         {"max_rel_error", ha.max}, {"mean_rel_error_defaults", hb.mean},
                         {"max_rel_error_defaults", hb.max}};
   }
   Json constants = hardware::constants_to_json(r, gpu.name, gpu.name, dtype_name, prov);
+  if (fit->fitted_host) constants["host_per_kernel_us"] = fit->host_per_kernel_s * 1e6;
   if (runs->engine) constants["engine"] = spec::to_string(*runs->engine);
   if (!runs->stack.empty()) constants["stack"] = runs->stack;
   if (auto done = emit_constants(constants, a.out, a.json, out, err)) return *done;
@@ -87,6 +102,9 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
   out += fmt::format("  source: {}\n", runs->source);
   out += fmt::format("  matmul_efficiency  {:.4f} of the dense peak (without it: {:.4f}, {})\n", fit->matmul_efficiency,
                      mamf, gpu.matmul_bf16_flops > 0 ? "the catalog's MAMF" : "the default efficiency");
+  if (fit->fitted_host)
+    out += fmt::format("  host_per_kernel    {:.2f} µs (what the stack's host spends issuing one kernel)\n",
+                       fit->host_per_kernel_s * 1e6);
   out += "run  measured_s  predicted_s (default -> fitted)  throughput error (default -> fitted)\n";
   auto table = [&](const std::vector<calibration::RunError>& b, const std::vector<calibration::RunError>& f) {
     for (size_t i = 0; i < b.size(); ++i)
@@ -98,7 +116,7 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
   };
   table(fit->before, fit->after);
   if (!held_after.empty()) {
-    out += fmt::format("held out ({}, not used by the fit):\n", a.test_runs);
+    out += fmt::format("held out ({}, not used by the fit):\n", held_name);
     table(held_before, held_after);
   }
   if (!a.out.empty()) out += fmt::format("wrote {} (a cluster's \"time_constants\" uses it)\n", a.out);

@@ -9,6 +9,8 @@ namespace mist::cli {
 struct FitRunsArgs {
   std::string runs, test_runs, out;
   bool json = false;
+  bool host = false;            // --host: fit the stack's host cost per kernel too
+  int64_t hold_out_half = -1;   // --hold-out-half SEED: fit on a half of --runs, score the other (-1: off)
 };
 
 int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err);

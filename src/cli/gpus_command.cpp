@@ -102,7 +102,7 @@ std::string text_table(const advisor::Comparison& cmp, const GpusArgs& a) {
   }
   out += fmt::format("\n{:g} tokens; rows by total cost (unpriced, then infeasible rows last); * = on the "
                      "time-vs-cost Pareto set; {} space\n",
-                     a.tokens, a.space);
+                     a.tokens, a.engine.empty() || a.engine == "mist" ? a.space : a.engine);
   out += "smallest count that fits:";
   std::vector<std::string> seen;
   for (const auto& r : cmp.rows) {
@@ -191,7 +191,8 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
     for (const auto& r : cmp->rows) rows.push_back(row_json(r));
     Json smallest = Json::object();
     for (const auto& [g, n] : cmp->smallest_fitting) smallest[g] = n;
-    out = Json{{"model", model->name}, {"tokens", a.tokens}, {"space", a.space}, {"fast", a.fast},
+    out = Json{{"model", model->name}, {"tokens", a.tokens}, {"space", a.engine.empty() || a.engine == "mist" ? a.space : a.engine},
+               {"fast", a.fast},
                {"rows", rows}, {"smallest_fitting", smallest}}
               .dump(2) +
           "\n";

@@ -127,7 +127,6 @@ Pass run_pass(LayerBase& blk, at::Tensor& x, const at::Tensor& grad_source) {
 
 Result<BlockMeasurement> measure(const BlockRun& r) {
   const auto dtype = r.dtype == spec::Dtype::kBf16 ? at::kBFloat16 : at::kFloat;
-  const auto& m = r.model;
   BlockMeasurement M;
   at::manual_seed(r.seed);
   auto layer = make_layer(r, dtype);

@@ -217,7 +217,8 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   // "engine" and "stack" name the software stack a fit to published runs is for (job::stack_fits).
   MIST_CHECK(f.reject_unknown({"time_constants_version", "gpu", "device", "dtype", "engine", "stack",
                                "matmul_efficiency", "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS",
-                               "flash_fwd_efficiency", "flash_bwd_efficiency", "gemm_k_overhead", "fit"}));
+                               "flash_fwd_efficiency", "flash_bwd_efficiency", "gemm_k_overhead",
+                               "host_per_kernel_us", "fit"}));
   MIST_TRY(int64_t version, f.integer("time_constants_version", 1, 1));
   (void)version;
   MIST_TRY(std::string for_gpu, f.string("gpu"));
@@ -233,6 +234,7 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   MIST_TRY(auto fa_fwd, f.optional_number("flash_fwd_efficiency", 1e-4, 50));
   MIST_TRY(auto fa_bwd, f.optional_number("flash_bwd_efficiency", 1e-4, 50));
   MIST_TRY(auto k_overhead, f.optional_number("gemm_k_overhead", 0, 1e5));
+  MIST_TRY(auto host, f.optional_number("host_per_kernel_us", 0, 1000));
   if (mm) out.matmul_efficiency = *mm;
   if (hbm) out.hbm_efficiency = *hbm;
   if (launch) out.kernel_launch_s = *launch;
@@ -240,6 +242,7 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   if (fa_fwd) out.flash_fwd_efficiency = out.flash_fwd_efficiency_sm90 = *fa_fwd;
   if (fa_bwd) out.flash_bwd_efficiency = out.flash_bwd_efficiency_sm90 = *fa_bwd;
   if (k_overhead) out.gemm_k_overhead = *k_overhead;
+  if (host) out.host_per_kernel_s = *host * 1e-6;
   c = out;
   return {};
 }

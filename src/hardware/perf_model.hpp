@@ -22,6 +22,12 @@ struct PerfConstants {
   double default_matmul_efficiency = 0.8;
   // Fixed cost of one kernel launch on the critical path.
   double kernel_launch_s = 4e-6;
+  // What the host spends issuing one kernel in the software stack: the framework's Python, the
+  // autograd engine, PyTorch's dispatcher and the launch itself. The GPU runs ahead of the host
+  // only while the host keeps up: a pass over a layer takes at least its kernels times this. 0:
+  // never a bound. A property of the stack, fitted with its efficiency by `mist fit --runs` on
+  // published runs where small layers are host-bound (docs/time-model.md, "Host-bound layers").
+  double host_per_kernel_s = 0;
   // Fixed cost of each output tile of a GEMM (pipeline fill, epilogue), in units of the reduction
   // dimension k: a tile costs as much as k + gemm_k_overhead of steady main loop, so GEMMs with a
   // short k (row-parallel layers at high TP, small hidden sizes) run below the large-GEMM rate.

@@ -45,7 +45,7 @@ Result<void> apply_stack_fit(const spec::ClusterSpec& cluster, const spec::Train
   about.held_out_runs = f.held_out_runs;
   about.held_out_mean_error = f.held_out_mean_error;
   about.held_out_max_error = f.held_out_max_error;
-  about.constants_source = fmt::format("the {} calibration ({})", spec::display_name(engine), choice.note);
+  about.constants_source = fmt::format("the {} calibration, {}", spec::display_name(engine), choice.note);
   return {};
 }
 

@@ -176,5 +176,46 @@ TEST(TimeModel, AsyncTensorParallelBackwardHidesCollectivesUnderGemms) {
   }
 }
 
+
+// The stack's host cost per kernel floors each pass over a layer: a small layer whose kernels the
+// host issues more slowly than the GPU runs them takes the host's time; a large one keeps its GPU
+// time; with no host cost nothing changes. Fully recomputed blocks issue their forward again.
+TEST(TimeModel, HostCostPerKernelFloorsSmallLayersOnly) {
+  auto small = *spec::catalog_model("gpt3-1.3b");
+  small.num_layers = 8;
+  const auto c = cluster("A100-SXM4-80GB", 1, 8);
+  const auto t = training(16, 1024, spec::Dtype::kFp16, false, true);
+  auto p = plan::uniform_plan(small, 1, 8, 1, 1, 16, {});
+  TimeConstants k;
+  const auto gpu = mist::testing::time_of(small, c, t, p, k);
+  ASSERT_TRUE(gpu);
+  k.perf.host_per_kernel_s = 0;
+  EXPECT_EQ(mist::testing::time_of(small, c, t, p, k)->iteration_time_s, gpu->iteration_time_s);
+  k.perf.host_per_kernel_s = 60e-6;
+  const auto host = mist::testing::time_of(small, c, t, p, k);
+  ASSERT_TRUE(host);
+  EXPECT_GT(host->iteration_time_s, 2 * gpu->iteration_time_s);  // tp 8, micro-batch 1: host-bound
+  // The floor is the kernels issued: twice the cost per kernel, (almost) twice the time.
+  k.perf.host_per_kernel_s = 120e-6;
+  const auto slower = mist::testing::time_of(small, c, t, p, k);
+  EXPECT_NEAR(slower->iteration_time_s / host->iteration_time_s, 2.0, 0.1);
+  // Recompute issues the forward again.
+  plan::StagePlan ck{.num_layers = 0, .zero = 0, .ckpt_layers = 8, .offload = {}};
+  k.perf.host_per_kernel_s = 60e-6;
+  const auto recomputed = mist::testing::time_of(small, c, t, plan::uniform_plan(small, 1, 8, 1, 1, 16, ck), k);
+  EXPECT_GT(recomputed->iteration_time_s, 1.2 * host->iteration_time_s);
+  // A large GEMM-bound layer does not notice a realistic host cost.
+  const auto big = *spec::catalog_model("llama2-70b");
+  const auto t_big = training(64, 4096, spec::Dtype::kBf16, true, false);
+  const auto c_big = cluster("A100-SXM4-80GB", 2, 8);
+  const auto p_big = plan::uniform_plan(big, 1, 8, 2, 4, 16, ck);
+  TimeConstants none, some;
+  some.perf.host_per_kernel_s = 60e-6;
+  const double a = mist::testing::time_of(big, c_big, t_big, p_big, none)->iteration_time_s;
+  const double b = mist::testing::time_of(big, c_big, t_big, p_big, some)->iteration_time_s;
+  EXPECT_GE(b, a);
+  EXPECT_LT(b / a, 1.01);
+}
+
 }  // namespace
 }  // namespace mist::analysis

@@ -61,6 +61,39 @@ TEST(Cli, PredictPrintsATableAndJson) {
   }
 }
 
+// --engine selects the calibration of that stack (its fit on the job's GPU or the nearest
+// generation), every prediction says which, and --uncalibrated gives the physics alone.
+TEST(Cli, EngineSelectsTheCalibrationAndThePredictionSaysWhich) {
+  auto run = [](std::vector<std::string> extra) {
+    auto args = example_job();  // GPT-3 13B on 2x8 A100-80GB
+    args.push_back("--json");
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = mist(args);
+    EXPECT_EQ(r.code, kExitOk) << r.err;
+    return r.code == kExitOk ? nlohmann::json::parse(r.out) : nlohmann::json{};
+  };
+  const auto megatron = run({}), deepspeed = run({"--engine", "deepspeed"}), physics = run({"--uncalibrated"});
+  EXPECT_EQ(megatron["calibration"]["kind"], "stack");
+  EXPECT_EQ(megatron["calibration"]["engine"], "megatron");
+  EXPECT_EQ(megatron["calibration"]["fitted_gpu"], "A100-SXM4-80GB");
+  EXPECT_GT(megatron["calibration"]["held_out"]["runs"].get<int>(), 0);
+  EXPECT_EQ(deepspeed["calibration"]["engine"], "deepspeed");
+  EXPECT_NE(deepspeed["calibration"]["stack"].get<std::string>().find("DeepSpeed"), std::string::npos);
+  EXPECT_EQ(physics["calibration"]["kind"], "none");
+  // Calibrated GEMMs run below the catalog's MAMF: the same plan takes longer than the physics says.
+  EXPECT_GT(megatron["iteration_time_s"].get<double>(), physics["iteration_time_s"].get<double>());
+  EXPECT_LT(megatron["matmul_tflops"].get<double>(), physics["matmul_tflops"].get<double>());
+  // The text names the calibration too.
+  auto text = mist(example_job());
+  EXPECT_NE(text.out.find("calibration: Megatron-LM"), std::string::npos) << text.out;
+  // A stack mist does not know is bad input naming the option.
+  auto args = example_job();
+  args.insert(args.end(), {"--engine", "jax"});
+  auto bad = mist(args);
+  EXPECT_EQ(bad.code, kExitInvalidInput);
+  EXPECT_NE(bad.err.find("--engine"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, PredictSimulateReportsBothTimes) {
   auto args = example_job();
   args.push_back("--simulate");

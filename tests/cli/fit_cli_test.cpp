@@ -3,6 +3,7 @@
 // cluster's "time_constants" applies the written file.
 #include <cmath>
 #include <filesystem>
+#include <vector>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -157,13 +158,19 @@ TEST(FitCli, RunsFitTheMatmulEfficiencyAndScoreHeldOutRuns) {
   const auto plain = write(dir, "cluster.json", R"({"gpu": "A100-SXM4-80GB", "nodes": 2, "gpus_per_node": 8})");
   const auto fitted = write(dir, "fitted.json", R"({"gpu": "A100-SXM4-80GB", "nodes": 2, "gpus_per_node": 8,
                                                    "time_constants": ")" + out + R"("})");
-  auto predict = [&](const std::string& cluster) {
-    auto p = mist({"predict", "--model", "gpt3-13b", "--cluster", cluster, "--training",
-                   kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json", "--json"});
+  auto predict = [&](const std::string& cluster, bool uncalibrated) {
+    std::vector<std::string> args = {"predict", "--model", "gpt3-13b", "--cluster", cluster, "--training",
+                                     kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json",
+                                     "--json"};
+    if (uncalibrated) args.push_back("--uncalibrated");
+    auto p = mist(args);
     EXPECT_EQ(p.code, 0) << p.err;
     return Json::parse(p.out);
   };
-  const Json a = predict(plain), b = predict(fitted);
+  // The physics alone against the cluster's own constants file (which wins over the stack's fit).
+  const Json a = predict(plain, true), b = predict(fitted, false);
+  EXPECT_EQ(a["calibration"]["kind"], "none");
+  EXPECT_EQ(b["calibration"]["kind"], "file");
   EXPECT_GT(b["iteration_time_s"].get<double>(), a["iteration_time_s"].get<double>() * 1.03);
   // The prediction says which GEMM rate it used.
   EXPECT_NEAR(a["matmul_tflops"].get<double>(), 271.2, 0.05);  // the catalog's MAMF

@@ -204,7 +204,9 @@ TEST(Validate, QuickSweepIsWithinItsBounds) {
   // Memory terms are deterministic; the time bound is left to mist_validate_quick (more
   // repetitions than this one).
   for (const auto& s : r->summary) {
-    if (s.term != "block_time") EXPECT_TRUE(s.ok) << s.term;
+    if (s.term != "block_time") {
+      EXPECT_TRUE(s.ok) << s.term;
+    }
     if (s.term == "saved" || s.term == "weights") {
       EXPECT_EQ(s.max_abs_error, 0.0) << s.term;
     }
