@@ -92,7 +92,8 @@ std::vector<double> general_inputs(const Job96& j, size_t rows) {
   const auto& names = j.memory->inputs;
   std::vector<double> in(names.size() * rows);
   for (size_t r = 0; r < rows; ++r) {
-    const auto b = analysis::stage_knobs(*j.lm, j.m, j.c, j.layout, j.settings[r % j.settings.size()], stage_of(r), j.nccl);
+    const auto b =
+        analysis::stage_knobs(*j.lm, j.m, j.c, j.layout, j.settings[r % j.settings.size()], stage_of(r), j.nccl);
     for (size_t k = 0; k < names.size(); ++k) in[k * rows + r] = b.at(names[k]);
   }
   return in;

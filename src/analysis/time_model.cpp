@@ -211,7 +211,8 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     return std::max(x.bwd + (p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp), host * x.kernels_bwd);
   };
   const double fwd = l * blk_fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
-  const double bwd = (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0);
+  const double bwd =
+      (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0);
   // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
   // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter

@@ -160,54 +160,6 @@ double max_abs_error(const std::vector<RunError>& e) {
   return m;
 }
 
-Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& base) {
-  if (runs.empty()) return fail("runs", "no runs to fit");
-  for (const auto& r : runs) {
-    if (r.job.cluster.gpu.name != runs[0].job.cluster.gpu.name)
-      return fail("runs", fmt::format("'{}' runs on {}, '{}' on {}: fit one GPU at a time", runs[0].name,
-                                      runs[0].job.cluster.gpu.name, r.name, r.job.cluster.gpu.name));
-    if (r.job.training.precision != runs[0].job.training.precision)
-      return fail("runs", fmt::format("'{}' and '{}' train in different precisions: fit one at a time", runs[0].name,
-                                      r.name));
-  }
-  RunsFit fit;
-  MIST_TRY(auto jobs, prepare_runs(runs, base));
-  MIST_TRY(fit.before, errors_of(runs, jobs, base));
-  auto cost = [&](double e) -> Result<double> {
-    analysis::TimeConstants k = base;
-    k.perf.matmul_efficiency = e;
-    MIST_TRY(auto errs, errors_of(runs, jobs, k));
-    return mean_abs_error(errs);
-  };
-  // Scan, then golden-section search around the best point of the scan.
-  double best = 0.2, best_cost = 1e300;
-  for (double e = 0.2; e <= 1.0 + 1e-9; e += 0.1) {
-    MIST_TRY(double c, cost(e));
-    if (c < best_cost) best = e, best_cost = c;
-  }
-  double lo = std::max(0.2, best - 0.1), hi = std::min(1.0, best + 0.1);
-  const double g = (std::sqrt(5.0) - 1) / 2;
-  double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
-  MIST_TRY(double c1, cost(x1));
-  MIST_TRY(double c2, cost(x2));
-  while (hi - lo > 1e-4) {
-    if (c1 <= c2) {
-      hi = x2, x2 = x1, c2 = c1;
-      x1 = hi - g * (hi - lo);
-      MIST_TRY(c1, cost(x1));
-    } else {
-      lo = x1, x1 = x2, c1 = c2;
-      x2 = lo + g * (hi - lo);
-      MIST_TRY(c2, cost(x2));
-    }
-  }
-  fit.matmul_efficiency = std::round((lo + hi) / 2 * 1e4) / 1e4;
-  analysis::TimeConstants k = base;
-  k.perf.matmul_efficiency = fit.matmul_efficiency;
-  MIST_TRY(fit.after, errors_of(runs, jobs, k));
-  return fit;
-}
-
 namespace {
 
 // Golden-section search of `cost` over [lo, hi] to `tol`; returns the argmin found.
@@ -238,6 +190,39 @@ uint64_t splitmix64(uint64_t x) {
 }
 
 }  // namespace
+
+Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& base) {
+  if (runs.empty()) return fail("runs", "no runs to fit");
+  for (const auto& r : runs) {
+    if (r.job.cluster.gpu.name != runs[0].job.cluster.gpu.name)
+      return fail("runs", fmt::format("'{}' runs on {}, '{}' on {}: fit one GPU at a time", runs[0].name,
+                                      runs[0].job.cluster.gpu.name, r.name, r.job.cluster.gpu.name));
+    if (r.job.training.precision != runs[0].job.training.precision)
+      return fail("runs", fmt::format("'{}' and '{}' train in different precisions: fit one at a time", runs[0].name,
+                                      r.name));
+  }
+  RunsFit fit;
+  MIST_TRY(auto jobs, prepare_runs(runs, base));
+  MIST_TRY(fit.before, errors_of(runs, jobs, base));
+  auto cost = [&](double e) -> Result<double> {
+    analysis::TimeConstants k = base;
+    k.perf.matmul_efficiency = e;
+    MIST_TRY(auto errs, errors_of(runs, jobs, k));
+    return mean_abs_error(errs);
+  };
+  // Scan, then golden-section search around the best point of the scan.
+  double best = 0.2, best_cost = 1e300;
+  for (double e = 0.2; e <= 1.0 + 1e-9; e += 0.1) {
+    MIST_TRY(double c, cost(e));
+    if (c < best_cost) best = e, best_cost = c;
+  }
+  MIST_TRY(double e, golden(cost, std::max(0.2, best - 0.1), std::min(1.0, best + 0.1), 1e-4));
+  fit.matmul_efficiency = std::round(e * 1e4) / 1e4;
+  analysis::TimeConstants k = base;
+  k.perf.matmul_efficiency = fit.matmul_efficiency;
+  MIST_TRY(fit.after, errors_of(runs, jobs, k));
+  return fit;
+}
 
 Result<RunsFit> fit_efficiency_and_host(const std::vector<PublishedRun>& runs, const analysis::TimeConstants& base) {
   MIST_TRY(RunsFit fit, fit_matmul_efficiency(runs, base));  // checks the runs; the host-free fit

@@ -1,6 +1,8 @@
 #include "cli/commands.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 
 #include <fmt/format.h>
 
@@ -9,6 +11,21 @@
 #include "core/json_fields.hpp"
 
 namespace mist::cli {
+
+int main_of(int argc, char** argv, RunFn run) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string out, err;
+  int code = kExitInternal;
+  try {
+    code = run(args, out, err);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mist: internal error: %s\n", e.what());
+    return kExitInternal;
+  }
+  std::fputs(out.c_str(), stdout);
+  std::fputs(err.c_str(), stderr);
+  return code;
+}
 
 int run(const std::vector<std::string>& args, std::string& out, std::string& err) {
   CLI::App app{

@@ -191,9 +191,9 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
     for (const auto& r : cmp->rows) rows.push_back(row_json(r));
     Json smallest = Json::object();
     for (const auto& [g, n] : cmp->smallest_fitting) smallest[g] = n;
-    out = Json{{"model", model->name}, {"tokens", a.tokens}, {"space", a.engine.empty() || a.engine == "mist" ? a.space : a.engine},
-               {"fast", a.fast},
-               {"rows", rows}, {"smallest_fitting", smallest}}
+    const std::string space = a.engine.empty() || a.engine == "mist" ? a.space : a.engine;
+    out = Json{{"model", model->name}, {"tokens", a.tokens}, {"space", space},
+               {"fast", a.fast}, {"rows", rows}, {"smallest_fitting", smallest}}
               .dump(2) +
           "\n";
   } else {

@@ -1,22 +1,4 @@
-#include <cstdio>
-#include <exception>
-#include <string>
-#include <vector>
-
+// The `mist` command (cli/commands.hpp).
 #include "cli/commands.hpp"
 
-int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  std::string out, err;
-  int code = mist::cli::kExitInternal;
-  try {
-    code = mist::cli::run(args, out, err);
-  } catch (const std::exception& e) {
-    // A bug, not bad input: the libraries return errors as values.
-    std::fprintf(stderr, "mist: internal error: %s\n", e.what());
-    return mist::cli::kExitInternal;
-  }
-  std::fputs(out.c_str(), stdout);
-  std::fputs(err.c_str(), stderr);
-  return code;
-}
+int main(int argc, char** argv) { return mist::cli::main_of(argc, argv, mist::cli::run); }

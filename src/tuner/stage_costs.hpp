@@ -43,7 +43,8 @@ class MemoryPrograms {
 
  private:
   const analysis::PreparedJob* job_;
-  std::map<std::tuple<int64_t, bool, int, bool, bool, bool, bool>, sym::Program> programs_;  // tp, sp, recompute, E, H, T, Q
+  // Keyed by tp, sequence parallelism, recompute, and the stage's E, H, T, Q.
+  std::map<std::tuple<int64_t, bool, int, bool, bool, bool, bool>, sym::Program> programs_;
 };
 
 class StageCosts {

@@ -182,7 +182,8 @@ Result<void> predict_best(const analysis::PreparedJob& job, const TuneOptions& o
     for (const auto& s : cand.prediction.memory.stages)
       cand.peak_memory_bytes = std::max(cand.peak_memory_bytes, s.peak_bytes);
     if (options.rerank_by_simulation) {
-      MIST_TRY(auto sim, sim::simulate(analysis::pipeline_job(cand.plan, cand.prediction.time, cand.prediction.memory)));
+      const auto& pred = cand.prediction;
+      MIST_TRY(auto sim, sim::simulate(analysis::pipeline_job(cand.plan, pred.time, pred.memory)));
       cand.simulated_time_s = sim.makespan;
     }
   }

@@ -73,7 +73,8 @@ TEST(GroundTruth, Sc21RunsMatchTheTable) {
     for (const auto& st : run.job.plan.stages) EXPECT_EQ(st.ckpt_layers, st.num_layers);  // full recomputation
     const double s = 2048, V = 51200;
     const double flops = 96.0 * B * s * L * double(h) * h * (1 + s / (6.0 * h) + V / (16.0 * L * h));
-    EXPECT_NEAR(flops / run.iteration_time_s / run.job.cluster.num_gpus() / 1e12, std::stod(r.at("tflops_per_gpu")), 1e-3);
+    const double gpus = static_cast<double>(run.job.cluster.num_gpus());
+    EXPECT_NEAR(flops / run.iteration_time_s / gpus / 1e12, std::stod(r.at("tflops_per_gpu")), 1e-3);
   }
 }
 
@@ -202,7 +203,8 @@ TEST(GroundTruth, MegatronCoreRunsMatchTheTable) {
     EXPECT_EQ(run.job.cluster.num_gpus(), std::stoll(r.at("gpus")));
     const double s = 4096, V = 131072;
     const double flops = 72.0 * B * s * L * double(h) * h * (1 + s / (6.0 * h) + V / (12.0 * L * h));
-    EXPECT_NEAR(flops / run.iteration_time_s / run.job.cluster.num_gpus() / 1e12, std::stod(r.at("tflops_per_gpu")), 1e-3);
+    const double gpus = static_cast<double>(run.job.cluster.num_gpus());
+    EXPECT_NEAR(flops / run.iteration_time_s / gpus / 1e12, std::stod(r.at("tflops_per_gpu")), 1e-3);
     for (const auto& st : run.job.plan.stages) EXPECT_EQ(st.ckpt_layers, 0);
     auto mem = mist::testing::memory_of(run.job.model, run.job.cluster, run.job.training, run.job.plan);
     ASSERT_TRUE(mem.has_value()) << mem.error().to_string();

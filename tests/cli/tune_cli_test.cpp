@@ -127,7 +127,9 @@ TEST(TuneCli, VirtualStagesRestrictTheSchedule) {
   EXPECT_EQ(v_of(a["plan"]), 1);
   for (const auto& alt : b["alternatives"]) {
     const auto& p = alt["plan"];
-    if (p["pp"].get<int>() > 1) EXPECT_EQ(v_of(p), 2);
+    if (p["pp"].get<int>() > 1) {
+      EXPECT_EQ(v_of(p), 2);
+    }
   }
   // On this job the best plan pipelines and interleaves, and the wider list finds it.
   EXPECT_GT(c["plan"]["pp"].get<int>(), 1);

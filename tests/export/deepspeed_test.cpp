@@ -46,7 +46,8 @@ TEST(DeepSpeed, DataParallelZero3WithParameterAndPartialOptimizerOffload) {
   p.stages[0].offload.optimizer_states = 0.5;
   p.grad_accumulation_fusion = false;
   const auto t = training(256, 4096, spec::Dtype::kFp16);
-  auto r = export_plan(Engine::kDeepSpeed, {model("llama2-7b"), cluster(1, 8), t, p, {}}, {.deepspeed_config_path = "z3.json"});
+  auto r = export_plan(Engine::kDeepSpeed, {model("llama2-7b"), cluster(1, 8), t, p, {}},
+                       {.deepspeed_config_path = "z3.json"});
   ASSERT_TRUE(r && r->exported) << (r && !r->reasons.empty() ? r->reasons[0].to_string() : "");
   EXPECT_EQ(r->exported->config, Json::parse(R"({
       "train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,

@@ -54,7 +54,8 @@ std::vector<Case> load_cases() {
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   if (from.empty()) return;
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
 }
 
 std::string substitute(std::string s, const fs::path& tmp) {
@@ -211,7 +212,8 @@ TEST(GoldenCases, CoverEveryCommandOnThirtyJobsOrMore) {
     commands.insert(c.spec.at("args").at(0).get<std::string>());
     jobs.insert(c.spec.contains("published") ? c.spec.at("published").dump() : c.name.substr(0, c.name.rfind('-')));
   }
-  for (const char* cmd : {"predict", "simulate", "tune", "gpus", "export", "fit"}) EXPECT_TRUE(commands.count(cmd)) << cmd;
+  for (const char* cmd : {"predict", "simulate", "tune", "gpus", "export", "fit"})
+    EXPECT_TRUE(commands.count(cmd)) << cmd;
   EXPECT_GE(jobs.size(), 30u);
 }
 

@@ -76,7 +76,8 @@ TEST(Prepare, UnreadableFilesAreErrorsNamingTheField) {
   EXPECT_FALSE(fs::exists("/nonexistent/ops.db"));  // not created by trying
   // A constants file fitted for another GPU is refused, naming its field.
   const auto dir = scratch();
-  std::ofstream(dir / "h100.json") << R"({"time_constants_version": 1, "gpu": "H100-SXM5-80GB", "matmul_efficiency": 0.6})";
+  std::ofstream(dir / "h100.json")
+      << R"({"time_constants_version": 1, "gpu": "H100-SXM5-80GB", "matmul_efficiency": 0.6})";
   j.files = {.profile_db = "", .time_constants = (dir / "h100.json").string()};
   auto other = prepare(j);
   ASSERT_FALSE(other);
@@ -183,7 +184,8 @@ TEST(StackFits, PrepareAppliesTheStackFitUnlessUncalibratedOrTheClusterHasItsOwn
   EXPECT_EQ(slow->calibration.kind, "stack");
   // The cluster's own constants file wins over the stack's, and --uncalibrated with it is an error.
   const auto dir = scratch();
-  std::ofstream(dir / "k.json") << R"({"time_constants_version": 1, "gpu": "A100-SXM4-80GB", "matmul_efficiency": 0.4})";
+  std::ofstream(dir / "k.json")
+      << R"({"time_constants_version": 1, "gpu": "A100-SXM4-80GB", "matmul_efficiency": 0.4})";
   j.files.time_constants = (dir / "k.json").string();
   auto own = prepare(j);
   ASSERT_TRUE(own);
