@@ -17,9 +17,10 @@ struct PreparedJob::Cache {
 };
 
 Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
-                                        TimeConstants constants, Calibration calibration) {
+                                        TimeConstants constants, Calibration calibration, spec::Engine engine) {
   MIST_CHECK(plan::validate_precision(cluster, training));
-  auto inputs = std::make_shared<const Inputs>(Inputs{std::move(model), std::move(cluster), std::move(training)});
+  auto inputs =
+      std::make_shared<const Inputs>(Inputs{std::move(model), std::move(cluster), std::move(training), engine});
   return PreparedJob(std::move(inputs), std::make_shared<Cache>(), std::move(constants), std::move(calibration));
 }
 
@@ -34,7 +35,7 @@ Result<const Lowering*> PreparedJob::lowering(bool sequence_parallel, plan::Reco
   auto& slot = cache_->lowerings[sequence_parallel ? 1 : 0][r];
   if (!slot) {
     const auto& t = training();
-    auto lm = graph::lower(model(), t.seq_length, graph::lowering_options(t, sequence_parallel));
+    auto lm = graph::lower(model(), t.seq_length, graph::lowering_options(t, sequence_parallel, engine()));
     auto memory = build_stage_memory_model(lm, t, recompute);
     if (memory)
       slot = std::make_unique<Lowering>(Lowering{std::move(lm), std::move(*memory)});

@@ -14,6 +14,7 @@
 #include "graph/layer.hpp"
 #include "plan/plan.hpp"
 #include "spec/cluster.hpp"
+#include "spec/engine.hpp"
 #include "spec/model.hpp"
 #include "spec/training.hpp"
 
@@ -45,12 +46,16 @@ struct Lowering {
 class PreparedJob {
  public:
   // Checks what no plan can change (the training precision on this GPU).
+  // `engine`: the software stack, whose implementation of the model the lowering follows (its
+  // projections, loss and selective recompute policy: graph::lowering_options).
   static Result<PreparedJob> create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
-                                    TimeConstants constants = {}, Calibration calibration = {});
+                                    TimeConstants constants = {}, Calibration calibration = {},
+                                    spec::Engine engine = spec::Engine::kMegatron);
 
   const spec::ModelSpec& model() const { return inputs_->model; }
   const spec::ClusterSpec& cluster() const { return inputs_->cluster; }
   const spec::TrainingSpec& training() const { return inputs_->training; }
+  spec::Engine engine() const { return inputs_->engine; }
   const TimeConstants& constants() const { return constants_; }
   const Calibration& calibration() const { return calibration_; }
 
@@ -66,6 +71,7 @@ class PreparedJob {
     spec::ModelSpec model;
     spec::ClusterSpec cluster;
     spec::TrainingSpec training;
+    spec::Engine engine;
   };
   struct Cache;
   PreparedJob(std::shared_ptr<const Inputs> inputs, std::shared_ptr<Cache> cache, TimeConstants constants,

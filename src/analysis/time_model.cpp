@@ -28,7 +28,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
     if (resolved.has_bwd) sources.add(resolved.bwd);
     r.fwd += t.fwd;
     r.bwd += t.bwd;
-    if (op.attention_core) r.core_fwd += t.fwd;
+    if (op.selective_recompute) r.core_fwd += t.fwd;
     auto comm = [&](const graph::TpComm& cm) {
       if (cm.kind == graph::CommKind::kNone) return 0.0;
       const auto kind = cm.kind == graph::CommKind::kAllReduce   ? Collective::kAllReduce
@@ -42,7 +42,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
     const double fwd_kernels =
         static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kForward).size()) + launches(op.fwd_comm);
     r.kernels_fwd += fwd_kernels;
-    if (op.attention_core) r.kernels_core_fwd += fwd_kernels;
+    if (op.selective_recompute) r.kernels_core_fwd += fwd_kernels;
     if (resolved.has_bwd)
       r.kernels_bwd += static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kBackward).size());
     r.kernels_bwd += launches(op.bwd_comm) + launches(op.bwd_regather);

@@ -96,7 +96,7 @@ int run_fit_runs(const FitRunsArgs& a, std::string& out, std::string& err) {
   if (runs->engine) constants["engine"] = spec::to_string(*runs->engine);
   if (!runs->stack.empty()) constants["stack"] = runs->stack;
   if (auto done = emit_constants(constants, a.out, a.json, out, err)) return *done;
-  const double mamf = hardware::achievable_matmul_flops(gpu, dtype) / hardware::peak_matmul_flops(gpu, dtype);
+  const double mamf = hardware::achievable_matmul_flops(gpu, dtype) / hardware::sustained_matmul_flops(gpu, dtype);
   out += fmt::format("matmul efficiency of {} in {} fitted to {} published runs ({})\n", gpu.name, dtype_name,
                      fit->after.size(), a.runs);
   out += fmt::format("  source: {}\n", runs->source);

@@ -50,11 +50,14 @@ struct Op {
   std::string name;  // "attn.qkv"
   OpKind kind = OpKind::kView;  // set by the lowering (lower.cpp); to_string gives the stored name
   std::vector<int> inputs, outputs, saved;  // tensor ids in Layer::tensors
-  std::vector<int> temporaries;             // allocated and freed inside the op (forward)
+  std::vector<int> temporaries;             // allocated and freed inside the op (forward and backward)
+  std::vector<int> bwd_temporaries;         // allocated and freed inside the op's backward only
   Expr params;                              // parameters this op holds on one GPU
   Expr fwd_flops, bwd_flops;                // backward = input grads + weight grads
   Expr bytes_read, bytes_written;           // forward memory traffic
-  bool attention_core = false;              // recomputed by selective recompute
+  int stream_kernels = 1;                   // kernels a memory-bound op runs per pass (eager: one per step)
+  bool attention_core = false;              // Megatron's attention core (scores, softmax, dropout)
+  bool selective_recompute = false;         // recomputed in backward under the plan's selective recompute
   bool backward_in_place = false;           // input grad overwrites the saved tensor (Megatron's CE)
   TpComm fwd_comm, bwd_comm;                // collective after the op (fwd) / before its grad (bwd)
   TpComm bwd_regather;                      // a saved input shard gathered again for the weight gradient
@@ -65,11 +68,24 @@ struct Op {
 
 enum class LayerKind { kEmbedding, kBlock, kHead };
 
+// What a plan's "selective" recompute keeps for backward, as the engine defines it; the lowering
+// marks the ops it recomputes (Op::selective_recompute).
+enum class SelectivePolicy {
+  // Megatron-LM (--recompute-granularity selective): the attention core is recomputed, inside a
+  // checkpoint that keeps its inputs; every other op keeps what it saves.
+  kAttentionCore,
+  // torchtitan's op-level policy (selective_ac_option = "op", parallelize_llama.py _save_list): the
+  // whole block is a checkpoint that keeps the outputs of the attention kernel and of every other
+  // matmul (the 1st, 3rd, ... in forward order) and recomputes all other ops in backward.
+  kSaveOddMatmuls,
+};
+
 struct Layer {
   std::string name;
   LayerKind kind = LayerKind::kBlock;
   std::vector<Tensor> tensors;
   std::vector<Op> ops;
+  SelectivePolicy selective = SelectivePolicy::kAttentionCore;
   int input = -1;   // tensor id of the layer input (produced upstream)
   int output = -1;  // tensor id passed downstream
 
@@ -84,6 +100,17 @@ struct LoweringOptions {
   bool flash_attention = true;
   bool dropout = false;
   int act_bytes = 2;   // bytes per activation element (training precision)
+  // Megatron's fused projections: one QKV linear and one gate+up linear. false: torchtitan's Llama
+  // (wq, wk, wv; w1 and w3), one matmul each, which its selective policy counts.
+  bool fused_projections = true;
+  // Megatron's vocab-parallel cross entropy works in place on the fp32 logits; false: PyTorch's
+  // F.cross_entropy (log-softmax then NLL), which keeps the log-softmax for backward.
+  bool fused_cross_entropy = true;
+  // Eager PyTorch without torch.compile (torchtitan's default): RMSNorm, rotary embedding and SwiGLU
+  // run as one kernel per elementwise step, RMSNorm and rotary in fp32; GQA's k and v are repeated
+  // to every head and the attention output is made contiguous, each a copy.
+  bool eager_elementwise = false;
+  SelectivePolicy selective = SelectivePolicy::kAttentionCore;  // the blocks' policy
 };
 
 struct LoweredModel {

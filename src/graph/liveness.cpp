@@ -59,14 +59,31 @@ struct Walk {
     return sym::sum(v);
   }
 
+  bool whole_layer_policy() const { return L.selective == SelectivePolicy::kSaveOddMatmuls; }
+
+  // Under torchtitan's op-level policy: the checkpoint's input and the outputs of the ops it keeps.
+  std::set<int> kept_outputs() const {
+    std::set<int> out;
+    for (const auto& op : L.ops)
+      if (!op.selective_recompute && op.kind != OpKind::kView)
+        for (int t : op.outputs)
+          if (!is_view(t)) out.insert(t);
+    return out;
+  }
+
   std::set<int> saved_storages(bool selective) const {
+    if (selective && whole_layer_policy()) {
+      std::set<int> out = kept_outputs();
+      out.insert(storage(L.input));
+      return out;
+    }
     std::set<int> out;
     std::set<int> produced_by_core;
     for (const auto& op : L.ops)
-      if (op.attention_core)
+      if (op.selective_recompute)
         for (int t : op.outputs) produced_by_core.insert(storage(t));
     for (const auto& op : L.ops) {
-      if (selective && op.attention_core) {
+      if (selective && op.selective_recompute) {
         // The recomputed region keeps only its inputs from outside the region.
         for (int t : op.inputs)
           if (!produced_by_core.count(storage(t))) out.insert(storage(t));
@@ -80,18 +97,23 @@ struct Walk {
   // Live bytes at each op of a forward over ops [first, last]: outputs are allocated, tensors are
   // freed after their last reader unless saved (or the region's output). `base` is what is live
   // besides (the region replay of a selective recompute adds the backward state there).
+  // `cached`: outputs a replay finds already computed (torchtitan's policy keeps them from the
+  // forward): live from the start, their ops do not run again.
   void forward_steps(int first, int last, const std::set<int>& saved, int output, const Expr& base,
-                     std::vector<Expr>& steps, std::set<int>* kept = nullptr) const {
+                     std::vector<Expr>& steps, std::set<int>* kept = nullptr,
+                     const std::set<int>& cached = {}) const {
     std::map<int, int> last_use;
     for (int i = first; i <= last; ++i)
       for (int t : L.ops[i].inputs) last_use[storage(t)] = i;
-    std::set<int> live;
+    std::set<int> live = cached;
     for (int i = first; i <= last; ++i) {
       const Op& op = L.ops[i];
+      bool runs = false;
       for (int t : op.outputs)
-        if (!is_view(t)) live.insert(t);
+        if (!is_view(t)) runs |= !cached.count(t), live.insert(t);
       std::set<int> with_temps = live;
-      for (int t : op.temporaries) with_temps.insert(t);
+      if (runs)
+        for (int t : op.temporaries) with_temps.insert(t);
       steps.push_back(base + total(with_temps));
       for (auto it = live.begin(); it != live.end();) {
         int s = *it;
@@ -155,6 +177,7 @@ struct Walk {
       }
     }
     for (int t : op.temporaries) transient.push_back(bytes(t));
+    for (int t : op.bwd_temporaries) transient.push_back(bytes(t));
     std::vector<Expr> now = B.grads.sizes();
     now.push_back(total(B.live_saved));
     now.push_back(extra);
@@ -183,6 +206,7 @@ struct Walk {
   // what its ops save), then back-propagated; the recomputed output and its incoming gradient
   // stay referenced until the region's backward is over.
   Expr backward_peak(const std::set<int>& saved, bool recompute_core) const {
+    if (recompute_core && whole_layer_policy()) return recomputed_peak(saved);
     const int n = static_cast<int>(L.ops.size());
     Backward B;
     B.live_saved = saved;
@@ -190,9 +214,9 @@ struct Walk {
     // selective recompute the checkpoint holds the core's inputs until the whole core is done.
     for (int i = n - 1; i >= 0; --i) {
       const Op& op = L.ops[i];
-      if (recompute_core && op.attention_core) {
+      if (recompute_core && op.selective_recompute) {
         int first = i;
-        while (first > 0 && L.ops[first - 1].attention_core) --first;
+        while (first > 0 && L.ops[first - 1].selective_recompute) --first;
         for (int t : op.inputs)
           if (saved.count(storage(t))) B.last_saver[storage(t)] = first;
         continue;
@@ -203,30 +227,33 @@ struct Walk {
     }
     B.grads.bind(L.output, B.grads.alloc(bytes(L.output)));
     for (int i = n - 1; i >= 0; --i) {
-      if (!(recompute_core && L.ops[i].attention_core)) {
+      if (!(recompute_core && L.ops[i].selective_recompute)) {
         backward_op(i, B, Expr(0.0));
         continue;
       }
       int first = i;
-      while (first > 0 && L.ops[first - 1].attention_core) --first;
+      while (first > 0 && L.ops[first - 1].selective_recompute) --first;
       recompute_region(first, i, B);
       i = first;
     }
     return sym::max(B.steps);
   }
 
-  // A fully recomputed layer: one checkpoint region spanning every op.
-  Expr recomputed_peak() const {
+  // A fully recomputed layer: one checkpoint region spanning every op. `kept`: what the forward
+  // kept besides the input (torchtitan's policy), found computed by the replay.
+  Expr recomputed_peak(const std::set<int>& kept = {}) const {
     const int n = static_cast<int>(L.ops.size());
     Backward B;
     B.live_saved = {storage(L.input)};
     B.last_saver[storage(L.input)] = 0;
     B.grads.bind(L.output, B.grads.alloc(bytes(L.output)));
-    recompute_region(0, n - 1, B);
+    std::set<int> cached = kept;
+    cached.erase(storage(L.input));
+    recompute_region(0, n - 1, B, cached);
     return sym::max(B.steps);
   }
 
-  void recompute_region(int first, int last, Backward& B) const {
+  void recompute_region(int first, int last, Backward& B, const std::set<int>& cached = {}) const {
     std::set<int> region_saved;
     for (int j = first; j <= last; ++j)
       for (int t : L.ops[j].saved) region_saved.insert(storage(t));
@@ -235,7 +262,7 @@ struct Walk {
     std::vector<Expr> under = B.grads.sizes();
     under.push_back(total(B.live_saved));
     std::set<int> kept;
-    forward_steps(first, last, region_saved, storage(out), sym::sum(under), B.steps, &kept);
+    forward_steps(first, last, region_saved, storage(out), sym::sum(under), B.steps, &kept, cached);
     // The region's tensors join the saved set for the inner backward (inputs from outside are
     // already there); the recomputed output is held apart until the end.
     std::set<int> added;

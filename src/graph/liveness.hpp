@@ -9,13 +9,13 @@ namespace mist::graph {
 
 struct LayerActivations {
   Expr saved;            // bytes kept for backward (includes the layer input when an op saves it)
-  Expr saved_selective;  // the same under selective recompute (attention core recomputed)
+  Expr saved_selective;  // the same under selective recompute (the layer's SelectivePolicy)
   Expr input;            // bytes of the layer input: all a fully recomputed layer keeps
   Expr output;           // bytes of the layer output
   Expr fwd_peak;         // most bytes this layer holds at once during its forward (input excluded)
   Expr bwd_peak;         // most bytes held during its backward: saved tensors still needed + grads
-  Expr bwd_peak_selective;  // the same when the attention core was not saved but is recomputed
-  Expr fwd_peak_selective;  // the forward peak when the attention core keeps only its inputs
+  Expr bwd_peak_selective;  // the same when the selective policy's ops were not saved but are recomputed
+  Expr fwd_peak_selective;  // the forward peak under the selective policy
   // The backward of a fully recomputed layer (Megatron's CheckpointFunction): it keeps only its
   // input, replays its forward with grad, then back-propagates while holding the recomputed
   // output and the incoming gradient. Counts the input.

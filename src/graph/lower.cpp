@@ -39,6 +39,7 @@ class LayerBuilder {
     return layer_.ops.back();
   }
   const Expr& bytes(int id) const { return layer_.tensors[id].bytes; }
+  std::vector<Op>& layer_ops() { return layer_.ops; }
   Layer done(int input, int output) {
     layer_.input = input;
     layer_.output = output;
@@ -71,19 +72,37 @@ int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = n * w(o) + op.params * w(o);
   op.bytes_written = n * w(o);
+  if (o.eager_elementwise && !ln) {
+    // torchtitan's RMSNorm: x.float(), pow, mean, + eps, rsqrt, x·rstd, .type_as(x), ·weight.
+    // Autograd keeps the fp32 copy (pow's and the product's input) and the normalised x (the
+    // weight product's input), not x.
+    Op& eager = B.layer_ops().back();
+    int xf = B.tensor(name + ".x_fp32", n * 4, false);
+    int normed = B.tensor(name + ".normed", n * w(o), false);
+    eager.outputs = {y, stats, xf, normed};
+    eager.saved = {xf, normed, stats};
+    eager.stream_kernels = 8;
+    eager.bytes_read = n * (w(o) + 4 + 4 + 4 + 4 + w(o)) + eager.params * w(o);
+    eager.bytes_written = n * (4 + 4 + 4 + w(o) + w(o));
+  }
   return y;
 }
 
 // Column-parallel linear h -> out (out already divided by t): saves its input. Under sequence
 // parallelism the input is all-gathered into a temporary and the saved copy is the local shard
 // (Megatron re-gathers it in backward).
+// `shares_input`: a second or third linear reading the same input as the one before it
+// (torchtitan's wk and wv after wq, w3 after w1), whose input was gathered (and whose input gradient
+// is reduced) once, by the first one.
 int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_features, Expr out,
-                  Expr bias, bool owns_weight = true) {
+                  Expr bias, bool owns_weight = true, bool shares_input = false) {
   const auto& o = B.o_;
   int y = B.tensor(name + ".out", sb() * out * w(o));
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
   Expr full_in = sb() * in_features * w(o);
-  if (o.sequence_parallel) {
+  if (shares_input) {
+    // No collective of its own.
+  } else if (o.sequence_parallel) {
     op.temporaries.push_back(B.tensor(name + ".gathered_input", full_in, false));
     op.fwd_comm = {CommKind::kAllGather, full_in};
     op.bwd_comm = {CommKind::kReduceScatter, full_in};
@@ -223,10 +242,18 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
   Expr q_bytes = sb() * s.h / s.t * w(o);
   Expr kv_bytes = sb() * kv_width / s.t * w(o);
   Expr qkv_bias = m.qkv_bias ? (s.h + 2 * kv_width) / s.t : Expr(0.0);
-  int qkv = column_linear(B, "attn.qkv", x, s.h, (s.h + 2 * kv_width) / s.t, qkv_bias);
-  // q, k, v are views of one allocation: saving any of them keeps all of qkv alive.
-  int q = B.view("attn.q", qkv, q_bytes), k = B.view("attn.k", qkv, kv_bytes), v = B.view("attn.v", qkv, kv_bytes);
-  B.op("attn.split", OpKind::kView, {qkv}, {q, k, v}, {});
+  int q = -1, k = -1, v = -1;
+  if (o.fused_projections) {
+    int qkv = column_linear(B, "attn.qkv", x, s.h, (s.h + 2 * kv_width) / s.t, qkv_bias);
+    // q, k, v are views of one allocation: saving any of them keeps all of qkv alive.
+    q = B.view("attn.q", qkv, q_bytes), k = B.view("attn.k", qkv, kv_bytes), v = B.view("attn.v", qkv, kv_bytes);
+    B.op("attn.split", OpKind::kView, {qkv}, {q, k, v}, {});
+  } else {
+    const bool bias = m.qkv_bias;
+    q = column_linear(B, "attn.wq", x, s.h, s.h / s.t, bias ? s.h / s.t : Expr(0.0));
+    k = column_linear(B, "attn.wk", x, s.h, kv_width / s.t, bias ? kv_width / s.t : Expr(0.0), true, true);
+    v = column_linear(B, "attn.wv", x, s.h, kv_width / s.t, bias ? kv_width / s.t : Expr(0.0), true, true);
+  }
   if (m.positions == spec::Positions::kRotary) {
     // Out-of-place rotary (Megatron's apply_rotary_pos_emb): new q and k, saves only cos/sin.
     int qr = B.tensor("attn.q_rot", q_bytes), kr = B.tensor("attn.k_rot", kv_bytes);
@@ -235,13 +262,28 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     r.bwd_flops = r.fwd_flops;
     r.bytes_read = q_bytes + kv_bytes;
     r.bytes_written = q_bytes + kv_bytes;
+    if (o.eager_elementwise) {
+      // torchtitan's apply_rotary_emb, for q and for k: .float(), the complex product, .type_as.
+      // The product keeps its complex (fp32) operand for backward.
+      const Expr elems = sb() * (s.h + kv_width) / s.t;
+      int fp32 = B.tensor("attn.qk_fp32", elems * 4, false);
+      Op& er = B.layer_ops().back();
+      er.outputs.push_back(fp32);
+      er.saved = {fp32};
+      er.stream_kernels = 6;
+      er.bytes_read = elems * (w(o) + 4 + 4);
+      er.bytes_written = elems * (4 + 4 + w(o));
+    }
     q = qr;
     k = kr;
   }
-  if (!o.flash_attention && m.num_kv_heads != m.num_heads) {
+  // Without flash attention, and in torchtitan (its repeat_kv before SDPA), k and v are copied to
+  // every query head.
+  if ((!o.flash_attention || o.eager_elementwise) && m.num_kv_heads != m.num_heads) {
     int ke = B.tensor("attn.k_expanded", q_bytes), ve = B.tensor("attn.v_expanded", q_bytes);
     Op& e = B.op("attn.expand_kv", OpKind::kRepeat, {k, v}, {ke, ve}, {});
     e.attention_core = true;
+    e.stream_kernels = 2;
     e.bytes_read = 2 * kv_bytes;
     e.bytes_written = 2 * q_bytes;
     e.fwd_flops = Expr(0.0);
@@ -250,6 +292,16 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     v = ve;
   }
   int ctx = attention_core(B, q, k, v);
+  if (o.eager_elementwise) {
+    // output.transpose(1, 2).contiguous(): the kernel's (b, heads, s, d) layout copied to (b, s, h).
+    int c = B.tensor("attn.core.contiguous", q_bytes);
+    Op& cp = B.op("attn.contiguous", OpKind::kCopy, {ctx}, {c}, {});
+    cp.fwd_flops = Expr(0.0);
+    cp.bwd_flops = sb() * s.h / s.t;  // the gradient's layout copied back
+    cp.bytes_read = q_bytes;
+    cp.bytes_written = q_bytes;
+    ctx = c;
+  }
   return row_linear(B, "attn.proj", ctx, s.h / s.t, m.linear_bias);
 }
 
@@ -260,14 +312,32 @@ int mlp(LayerBuilder& B, int x, const ModelSpec& m) {
   const auto& s = S();
   Expr act = sb() * s.f / s.t;
   if (m.mlp == spec::Mlp::kSwiGlu) {
-    Expr bias = m.linear_bias ? 2 * s.f / s.t : Expr(0.0);
-    int gu = column_linear(B, "mlp.gate_up", x, s.h, 2 * s.f / s.t, bias);
+    std::vector<int> in;
+    if (o.fused_projections) {
+      Expr bias = m.linear_bias ? 2 * s.f / s.t : Expr(0.0);
+      in = {column_linear(B, "mlp.gate_up", x, s.h, 2 * s.f / s.t, bias)};
+    } else {
+      // torchtitan's FeedForward: w2(silu(w1(x)) * w3(x)).
+      Expr bias = m.linear_bias ? s.f / s.t : Expr(0.0);
+      int gate = column_linear(B, "mlp.w1", x, s.h, s.f / s.t, bias);
+      in = {gate, column_linear(B, "mlp.w3", x, s.h, s.f / s.t, bias, true, true)};
+    }
     int y = B.tensor("mlp.swiglu.out", act * w(o));
-    Op& op = B.op("mlp.swiglu", OpKind::kSwiGlu, {gu}, {y}, {gu});
+    Op& op = B.op("mlp.swiglu", OpKind::kSwiGlu, in, {y}, in);
     op.fwd_flops = 4 * act;
     op.bwd_flops = 8 * act;
     op.bytes_read = 2 * act * w(o);
     op.bytes_written = act * w(o);
+    if (o.eager_elementwise) {
+      // F.silu(w1(x)) * w3(x): the SiLU's output is written, then read (and kept) by the product.
+      int silu = B.tensor("mlp.silu.out", act * w(o), false);
+      Op& es = B.layer_ops().back();
+      es.outputs.push_back(silu);
+      es.saved.push_back(silu);
+      es.stream_kernels = 2;
+      es.bytes_read = 3 * act * w(o);
+      es.bytes_written = 2 * act * w(o);
+    }
     return row_linear(B, "mlp.down", y, s.f / s.t, m.linear_bias);
   }
   Expr bias = m.linear_bias ? s.f / s.t : Expr(0.0);
@@ -359,12 +429,23 @@ Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
     c.bytes_read = n_logits * w(o);
     c.bytes_written = n_logits * 4;
   }
-  // Vocab-parallel cross entropy: exponentiates the fp32 logits in place and keeps them; its
-  // backward turns them into the gradient in place. Also keeps the target mask and ids.
   int loss = B.tensor("loss.value", sb() * 4);
   int targets = B.tensor("loss.targets", sb() * 9, false);
-  Op& ce = B.op("loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets}, {loss_in, targets});
-  ce.backward_in_place = true;
+  Op* ce_ptr = nullptr;
+  if (o.fused_cross_entropy) {
+    // Vocab-parallel cross entropy: exponentiates the fp32 logits in place and keeps them; its
+    // backward turns them into the gradient in place. Also keeps the target mask and ids.
+    ce_ptr = &B.op("loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets}, {loss_in, targets});
+    ce_ptr->backward_in_place = true;
+  } else {
+    // F.cross_entropy: log-softmax (kept for backward) then NLL. Its backward allocates the
+    // gradient of the log-softmax (NLL's backward), then the gradient of the logits beside it.
+    int lsm = B.tensor("loss.log_softmax", n_logits * 4);
+    int lsm_grad = B.tensor("loss.log_softmax_grad", n_logits * 4, false);
+    ce_ptr = &B.op("loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets, lsm}, {lsm, targets});
+    ce_ptr->bwd_temporaries.push_back(lsm_grad);
+  }
+  Op& ce = *ce_ptr;
   ce.fwd_flops = 5 * n_logits;
   ce.bwd_flops = 2 * n_logits;
   ce.bytes_read = 2 * n_logits * 4;
@@ -380,13 +461,35 @@ const Symbols& symbols() {
   return kSymbols;
 }
 
-LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequence_parallel) {
+LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequence_parallel, spec::Engine engine) {
   LoweringOptions o;
   o.sequence_parallel = sequence_parallel;
   o.flash_attention = training.flash_attention;
   o.dropout = training.dropout;
   o.act_bytes = spec::dtype_bytes(training.precision);
+  if (engine == spec::Engine::kTorchtitan) {
+    o.eager_elementwise = true;
+    o.fused_projections = false;
+    o.fused_cross_entropy = false;
+    o.selective = SelectivePolicy::kSaveOddMatmuls;
+  }
   return o;
+}
+
+void mark_selective_recompute(Layer& layer, SelectivePolicy policy) {
+  layer.selective = policy;
+  int matmuls = 0;
+  for (Op& op : layer.ops) {
+    if (policy == SelectivePolicy::kAttentionCore) {
+      op.selective_recompute = op.attention_core;
+      continue;
+    }
+    // aten.mm: the linears (the attention's bmm, without flash attention, is not on the list).
+    const bool mm = op.kind == OpKind::kLinear;
+    if (mm) ++matmuls;
+    const bool kept = (mm && matmuls % 2 == 1) || op.kind == OpKind::kFlashAttention;
+    op.selective_recompute = !kept && op.kind != OpKind::kView;
+  }
 }
 
 LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringOptions& opts) {
@@ -395,6 +498,10 @@ LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringO
   lm.embedding = lower_embedding(m, opts);
   lm.block = lower_block(m, opts);
   lm.head = lower_head(m, opts);
+  // The engines checkpoint blocks only: the embedding and the head keep what they save.
+  mark_selective_recompute(lm.embedding, SelectivePolicy::kAttentionCore);
+  mark_selective_recompute(lm.block, opts.selective);
+  mark_selective_recompute(lm.head, SelectivePolicy::kAttentionCore);
   lm.num_blocks = m.num_layers;
   lm.tied_head_params = m.tie_word_embeddings ? S().V * S().h / S().t : Expr(0.0);
   lm.dims = {{"s", static_cast<double>(seq_length)},

@@ -3,12 +3,17 @@
 #pragma once
 
 #include "graph/layer.hpp"
+#include "spec/engine.hpp"
 #include "spec/model.hpp"
 #include "spec/training.hpp"
 
 namespace mist::graph {
 
 LoweredModel lower(const spec::ModelSpec& model, int64_t seq_length, const LoweringOptions& opts);
-LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequence_parallel);
+// The options of `engine`'s implementation of the model (Megatron-LM and DeepSpeed lower alike).
+LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequence_parallel,
+                                 spec::Engine engine = spec::Engine::kMegatron);
+// Marks the ops `policy` recomputes under selective recompute (lower() does it for every layer).
+void mark_selective_recompute(Layer& layer, SelectivePolicy policy);
 
 }  // namespace mist::graph

@@ -8,7 +8,7 @@ namespace mist::graph {
 namespace {
 
 // One table for both directions, so a kind's string is written once.
-constexpr std::array<std::pair<OpKind, const char*>, 16> kNames = {{
+constexpr std::array<std::pair<OpKind, const char*>, 17> kNames = {{
     {OpKind::kView, "view"},
     {OpKind::kLinear, "linear"},
     {OpKind::kBmm, "bmm"},
@@ -25,6 +25,7 @@ constexpr std::array<std::pair<OpKind, const char*>, 16> kNames = {{
     {OpKind::kEmbedding, "embedding"},
     {OpKind::kCast, "cast"},
     {OpKind::kCrossEntropy, "cross_entropy"},
+    {OpKind::kCopy, "copy"},
 }};
 
 }  // namespace

@@ -24,6 +24,7 @@ enum class OpKind {
   kEmbedding,       // the vocab-parallel token lookup
   kCast,            // the logits cast to fp32 for the loss
   kCrossEntropy,    // the vocab-parallel loss
+  kCopy,            // a layout copy (torchtitan's .contiguous() of the attention output)
 };
 
 // The kind as stored in profile rows and printed: "view", "linear", "flash_attention", ...

@@ -9,7 +9,7 @@ namespace mist::hardware {
 void add_kernel(FitSample& s, const spec::GpuSpec& g, const Kernel& k, const PerfConstants& at) {
   if (const auto* mm = std::get_if<GemmKernel>(&k)) {
     if (mm->empty()) return;
-    const double peak = peak_matmul_flops(g, mm->dtype);
+    const double peak = sustained_matmul_flops(g, mm->dtype);
     const double work = gemm_effective_flops(g, mm->batch, mm->m, mm->n, mm->k);
     if (gemm_bounds(g, *mm, at).memory_bound()) {
       s.stream_s_at_peak += mm->bytes() / g.mem_bw;
@@ -19,7 +19,8 @@ void add_kernel(FitSample& s, const spec::GpuSpec& g, const Kernel& k, const Per
     }
   } else if (const auto* fa = std::get_if<FlashKernel>(&k)) {
     if (fa->flops <= 0) return;
-    (fa->backward ? s.flash_bwd_s_at_peak : s.flash_fwd_s_at_peak) += fa->flops / peak_matmul_flops(g, fa->dtype);
+    const double at_peak = fa->flops / sustained_matmul_flops(g, fa->dtype);
+    (fa->backward ? s.flash_bwd_s_at_peak : s.flash_fwd_s_at_peak) += at_peak;
     s.hopper = sm90_attention(g);
   } else {
     const auto& st = std::get<StreamKernel>(k);

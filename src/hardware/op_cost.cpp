@@ -1,5 +1,7 @@
 #include "hardware/op_cost.hpp"
 
+#include <algorithm>
+
 namespace mist::hardware {
 
 namespace {
@@ -39,8 +41,11 @@ std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spe
   }
   // Everything else is memory-bound: the forward streams what it reads and writes; the backward
   // reads the output gradient and the saved inputs and writes the input gradient, about twice.
+  // An eager decomposition runs its steps as separate kernels: the traffic split among them.
   const double bytes = value(op.bytes_read) + value(op.bytes_written);
-  if (bytes > 0) out.push_back(StreamKernel{bwd ? 2 * bytes : bytes, flops});
+  const int n = std::max(1, op.stream_kernels);
+  if (bytes > 0)
+    for (int i = 0; i < n; ++i) out.push_back(StreamKernel{(bwd ? 2 * bytes : bytes) / n, flops / n});
   return out;
 }
 

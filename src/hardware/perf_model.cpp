@@ -26,8 +26,22 @@ double peak_matmul_flops(const spec::GpuSpec& g, spec::Dtype d) {
   return g.fp32_flops;
 }
 
+double power_limited_clock(const spec::GpuSpec& g) {
+  const double limit = g.power_limit_watts > 0 ? g.power_limit_watts : g.tdp_watts;
+  if (g.tdp_watts <= 0 || limit >= g.tdp_watts) return 1;
+  // Dense tensor-core work already runs at the power limit at the TDP (why MAMF is below the peak).
+  // Below it the clock falls until the dynamic power, C·V²·f with V scaling with f over the DVFS
+  // range (so ∝ f³), fits in what the limit leaves above the idle draw.
+  const double idle = std::min(g.idle_watts, 0.9 * limit);
+  return std::cbrt((limit - idle) / (g.tdp_watts - idle));
+}
+
+double sustained_matmul_flops(const spec::GpuSpec& g, spec::Dtype d) {
+  return peak_matmul_flops(g, d) * power_limited_clock(g);
+}
+
 double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const PerfConstants& k) {
-  const double peak = peak_matmul_flops(g, d);
+  const double peak = sustained_matmul_flops(g, d);
   if (k.matmul_efficiency > 0) return peak * k.matmul_efficiency;  // fitted for this device (mist fit)
   // MAMF is measured in bf16; the same fraction of peak is assumed for fp16 (same tensor cores).
   if (g.matmul_bf16_flops > 0 && g.bf16_flops > 0 && d != spec::Dtype::kFp32)
@@ -48,7 +62,7 @@ double flash_efficiency(const spec::GpuSpec& g, const PerfConstants& c, bool bac
 
 double flash_time(const spec::GpuSpec& g, const FlashKernel& k, const PerfConstants& c) {
   if (k.flops <= 0) return 0;
-  return k.flops / (peak_matmul_flops(g, k.dtype) * flash_efficiency(g, c, k.backward)) + c.kernel_launch_s;
+  return k.flops / (sustained_matmul_flops(g, k.dtype) * flash_efficiency(g, c, k.backward)) + c.kernel_launch_s;
 }
 
 double streaming_time(const spec::GpuSpec& g, double bytes, const PerfConstants& c) {

@@ -54,6 +54,12 @@ struct PerfConstants {
 // Dense peak FLOP/s for matrix math in this precision (fp32 training uses the fp32 pipes: PyTorch
 // disables TF32 for matmuls by default).
 double peak_matmul_flops(const spec::GpuSpec& g, spec::Dtype d);
+// The clock compute-bound kernels sustain under the GPU's power limit, as a fraction of the one at
+// its TDP (1 when the limit is the TDP or the power figures are not known; docs/time-model.md).
+double power_limited_clock(const spec::GpuSpec& g);
+// peak_matmul_flops at that clock: what matmul and attention efficiencies (fitted or measured at
+// the TDP) are fractions of. MFU stays a fraction of the datasheet peak.
+double sustained_matmul_flops(const spec::GpuSpec& g, spec::Dtype d);
 // What a large, well-shaped GEMM achieves: MAMF when measured (scaled to the precision), else
 // peak × default efficiency.
 double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const PerfConstants& k = {});

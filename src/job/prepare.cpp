@@ -4,6 +4,7 @@
 
 #include "hardware/fit.hpp"
 #include "job/stacks.hpp"
+#include "spec/catalog.hpp"
 
 namespace mist::job {
 
@@ -34,8 +35,22 @@ Result<void> apply_stack_fit(const spec::ClusterSpec& cluster, const spec::Train
   about.note = choice.note;
   if (!choice.fit) return {};
   const StackFit& f = *choice.fit;
-  // The constants are fractions of the fitted GPU's peak figures: applied as such to this one.
+  // The constants are fractions of the fitted GPU's peak figures, applied as such to this one; but
+  // the stack reaches a share of what the hardware can reach, so on another GPU the matmul
+  // efficiency moves with the two GPUs' measured MAMF fractions of their peaks (docs/time-model.md).
   MIST_CHECK(hardware::apply_constants_json(f.constants, f.gpu, "calibration", k));
+  std::string transfer;
+  if (auto from = spec::catalog_gpu(f.gpu); !choice.same_gpu && from && k.matmul_efficiency > 0) {
+    const auto& to = cluster.gpu;
+    if (from->matmul_bf16_flops > 0 && from->bf16_flops > 0 && to.matmul_bf16_flops > 0 && to.bf16_flops > 0) {
+      const double ratio = (to.matmul_bf16_flops / to.bf16_flops) / (from->matmul_bf16_flops / from->bf16_flops);
+      k.matmul_efficiency *= ratio;
+      if (ratio != 1)
+        transfer = fmt::format("; its matmul efficiency scaled by the GPUs' MAMF fractions ({:.3f} / {:.3f})",
+                             to.matmul_bf16_flops / to.bf16_flops, from->matmul_bf16_flops / from->bf16_flops);
+    }
+  }
+  about.note += transfer;
   about.kind = "stack";
   about.stack = f.stack;
   about.fitted_gpu = f.gpu;
@@ -71,7 +86,7 @@ Result<analysis::PreparedJob> prepare(const spec::ModelSpec& model, const spec::
   } else {
     MIST_CHECK(apply_stack_fit(cluster, training, options.engine, k.perf, about));
   }
-  return analysis::PreparedJob::create(model, cluster, training, std::move(k), std::move(about));
+  return analysis::PreparedJob::create(model, cluster, training, std::move(k), std::move(about), options.engine);
 }
 
 Result<analysis::PreparedJob> prepare(const Job& job, const PrepareOptions& options) {

@@ -83,6 +83,28 @@ Result<double> read_number(const JsonFields& f, std::string_view key, double uni
   return x * unit;
 }
 
+// The optional board-power fields: tdp_W, power_limit_W (at most the TDP) and idle_W (below the limit).
+Result<void> read_power(const JsonFields& f, GpuSpec& g) {
+  constexpr double kMaxWatts = 100000;
+  constexpr std::array<std::pair<std::string_view, double GpuSpec::*>, 3> kFields = {
+      {{"tdp_W", &GpuSpec::tdp_watts}, {"power_limit_W", &GpuSpec::power_limit_watts}, {"idle_W", &GpuSpec::idle_watts}}};
+  for (const auto& [key, member] : kFields)
+    if (f.has(key)) {
+      MIST_TRY(g.*member, read_number(f, key, 1.0, kMaxWatts, /*positive=*/true));
+    }
+  if (g.power_limit_watts > 0 && g.tdp_watts <= 0)
+    return fail(f.field_path("power_limit_W"), "needs tdp_W, the power the GPU's peak figures hold at");
+  if (g.tdp_watts > 0 && g.power_limit_watts > g.tdp_watts)
+    return fail(f.field_path("power_limit_W"),
+                fmt::format("is {:g} W, above the TDP of {:g} W (a GPU cannot be run above its TDP)",
+                            g.power_limit_watts, g.tdp_watts));
+  const double limit = g.power_limit_watts > 0 ? g.power_limit_watts : g.tdp_watts;
+  if (g.idle_watts > 0 && limit > 0 && g.idle_watts >= limit)
+    return fail(f.field_path("idle_W"),
+                fmt::format("is {:g} W, not below the power limit of {:g} W", g.idle_watts, limit));
+  return {};
+}
+
 Result<double> read_number_or(const JsonFields& f, std::string_view key, double fallback_si,
                               double unit, double hi) {
   if (!f.has(key)) return fallback_si;
@@ -127,7 +149,7 @@ Result<GpuSpec> gpu_from_json(const Json& j, const std::string& path, const GpuS
                                     "fp8_TFLOPS", "mem_bw_TBps", "link_GBps", "pcie_gen",
                                     "default_gpus_per_node", "context_MiB", "blas_workspace_MiB",
                                     "default_inter_node_GBps", "default_host_memory_GiB", "sm_count",
-                                    "matmul_bf16_TFLOPS"}));
+                                    "matmul_bf16_TFLOPS", "tdp_W", "power_limit_W", "idle_W"}));
   GpuSpec g = base ? *base : GpuSpec{};
   MIST_TRY(g.name, f.string("name"));
   if (g.name.empty()) return fail(f.field_path("name"), "must not be empty");
@@ -141,6 +163,7 @@ Result<GpuSpec> gpu_from_json(const Json& j, const std::string& path, const GpuS
     if (base && !f.has(n.key)) continue;  // keep the catalog's value
     MIST_TRY(g.*n.member, read_number(f, n.key, n.unit, n.hi, n.positive));
   }
+  MIST_CHECK(read_power(f, g));
   if (!base || f.has("pcie_gen")) {
     MIST_TRY(int64_t gen, f.integer("pcie_gen", 1, 6));
     g.pcie_gen = static_cast<int>(gen);
@@ -162,6 +185,9 @@ Json gpu_to_json(const GpuSpec& g) {
          {"default_gpus_per_node", g.default_gpus_per_node}};
   for (const GpuNumber& n : kGpuNumbers)
     j[std::string(n.key)] = detail::in_unit(g.*n.member, n.unit);
+  if (g.tdp_watts > 0) j["tdp_W"] = g.tdp_watts;
+  if (g.power_limit_watts > 0) j["power_limit_W"] = g.power_limit_watts;
+  if (g.idle_watts > 0) j["idle_W"] = g.idle_watts;
   return j;
 }
 

@@ -24,6 +24,11 @@ struct GpuSpec {
   double compute_capability = 0;  // NVIDIA sm_XY as X.Y (8.0 = Ampere); 0 for non-NVIDIA
   double sm_count = 0;            // streaming multiprocessors (AMD: compute units): GEMM wave size
   double matmul_bf16_flops = 0;   // measured achievable bf16 matmul FLOP/s (MAMF); 0 = not measured
+  // Board power (W): the rated TDP the datasheet peaks and the MAMF hold at, the limit the GPU is
+  // run at (a site may cap it below the TDP), and what it draws idle. 0 = not known (no cap applied).
+  double tdp_watts = 0;
+  double power_limit_watts = 0;   // 0 = the TDP
+  double idle_watts = 0;
   std::string vendor;             // "nvidia", "amd" or "cpu"
   int default_gpus_per_node = 8;  // node shape when a cluster does not say
   // Framework overheads that depend on the device (see docs/memory-model.md):

@@ -148,3 +148,45 @@ TEST(Lowering, GqaKeepsOnlyKvHeadsWithFlash) {
 
 }  // namespace
 }  // namespace mist::graph
+
+namespace mist::graph {
+namespace {
+
+// torchtitan's op-level selective policy on its Llama block (wq, wk, wv, SDPA, wo; w1, w3, w2): it
+// keeps the outputs of the attention kernel and of the 1st, 3rd, 5th and 7th matmul, recomputes the
+// rest, and between forward and backward holds exactly those plus the block's input.
+TEST(Lowering, TorchtitanSelectivePolicyKeepsEveryOtherMatmul) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  spec::TrainingSpec t;
+  t.precision = spec::Dtype::kBf16;
+  t.flash_attention = true;
+  t.seq_length = 8192;
+  const auto lm = lower(m, t.seq_length, lowering_options(t, false, spec::Engine::kTorchtitan));
+  std::set<std::string> kept, recomputed_matmuls;
+  for (const auto& op : lm.block.ops) {
+    if (!op.selective_recompute && op.kind != OpKind::kView) kept.insert(op.name);
+    if (op.selective_recompute && op.kind == OpKind::kLinear) recomputed_matmuls.insert(op.name);
+  }
+  EXPECT_EQ(kept, (std::set<std::string>{"attn.wq", "attn.wv", "attn.core", "mlp.w1", "mlp.down"}));
+  EXPECT_EQ(recomputed_matmuls, (std::set<std::string>{"attn.wk", "attn.proj", "mlp.w3"}));
+  sym::Bindings b = lm.dims;
+  b["b"] = 1;
+  b["t"] = 1;
+  const auto acts = analyze_activations(lm.block, lm.dims);
+  const double s = 8192, h = 4096, kv = 1024, f = 14336, a = 32;
+  // input, wq, wv, the attention output and its fp32 log-sum-exp, w1, w2 (bf16).
+  EXPECT_DOUBLE_EQ(eval(acts.saved_selective, b), s * (2 * h + 2 * h + 2 * kv + 2 * h + 2 * f + 2 * h) + 4 * a * s);
+  // Without recompute the eager block keeps far more (fp32 copies of the norms and the rotary).
+  EXPECT_GT(eval(acts.saved, b), 2.5 * eval(acts.saved_selective, b));
+  // The backward replays the block on top of what it kept: above the kept set, and at most a full
+  // recompute's replay with the kept outputs held besides.
+  EXPECT_GT(eval(acts.bwd_peak_selective, b), eval(acts.saved_selective, b));
+  EXPECT_LE(eval(acts.bwd_peak_selective, b),
+            eval(acts.bwd_peak_recomputed, b) + eval(acts.saved_selective, b) - eval(acts.input, b));
+  // Megatron's policy (and lowering) is unchanged by the engine option's default.
+  const auto mega = lower(m, t.seq_length, lowering_options(t, false));
+  for (const auto& op : mega.block.ops) EXPECT_EQ(op.selective_recompute, op.attention_core) << op.name;
+}
+
+}  // namespace
+}  // namespace mist::graph

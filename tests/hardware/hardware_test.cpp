@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "hardware/comm_model.hpp"
@@ -22,6 +24,27 @@ TEST(PerfModel, LargeGemmRunsAtTheMeasuredRate) {
   // fp32 runs on the fp32 pipes at 0.8 of 19.5 TFLOP/s (no MAMF measured for fp32).
   const double t32 = gemm_time(g, spec::Dtype::kFp32, 1, m, n, k);
   EXPECT_NEAR(2 * m * n * k / t32 / (0.8 * 19.5e12 * tiles), 1.0, 0.01);
+}
+
+// Under a power limit below the TDP compute-bound kernels slow by the cube root of the dynamic
+// power left; memory-bound ones keep the HBM rate; MFU's peak stays the datasheet's.
+TEST(PerfModel, PowerLimitSlowsComputeBoundKernelsOnly) {
+  auto g = *spec::catalog_gpu("H100-SXM5-80GB");
+  EXPECT_DOUBLE_EQ(power_limited_clock(g), 1.0);  // run at its TDP
+  const double m = 132 * 256 * 4, n = 128 * 8, k = 8192;
+  const double at_tdp = gemm_time(g, spec::Dtype::kBf16, 1, m, n, k);
+  const double stream_at_tdp = streaming_time(g, 1e9, PerfConstants{});
+  g.power_limit_watts = 500;
+  const double clock = power_limited_clock(g);
+  EXPECT_NEAR(clock, std::cbrt((500.0 - g.idle_watts) / (700.0 - g.idle_watts)), 1e-12);
+  EXPECT_LT(clock, 0.9);
+  EXPECT_GT(clock, 0.85);
+  EXPECT_NEAR(gemm_time(g, spec::Dtype::kBf16, 1, m, n, k) / at_tdp, 1 / clock, 1e-3);
+  EXPECT_DOUBLE_EQ(streaming_time(g, 1e9, PerfConstants{}), stream_at_tdp);
+  EXPECT_DOUBLE_EQ(peak_matmul_flops(g, spec::Dtype::kBf16), 989e12);
+  // The catalog's torchtitan H100 (96 GB, 500 W) is capped the same way.
+  const auto capped = *spec::catalog_gpu("H100-SXM5-96GB");
+  EXPECT_NEAR(power_limited_clock(capped), clock, 1e-12);
 }
 
 TEST(PerfModel, WaveQuantisationAndMemoryBound) {

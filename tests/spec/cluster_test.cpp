@@ -154,6 +154,22 @@ TEST(Cluster, BadInput) {
                "missing");
 }
 
+// The board-power fields: a site's power limit below the TDP, refused above it or without one.
+TEST(Cluster, PowerLimitBelowTheTdp) {
+  auto capped = cluster(R"({"gpu": {"name": "H100-SXM5-80GB", "power_limit_W": 500}, "nodes": 1})");
+  ASSERT_TRUE(capped.has_value()) << capped.error().to_string();
+  EXPECT_DOUBLE_EQ(capped->gpu.tdp_watts, 700);
+  EXPECT_DOUBLE_EQ(capped->gpu.power_limit_watts, 500);
+  expect_error(cluster(R"({"gpu": {"name": "H100-SXM5-80GB", "power_limit_W": 800}, "nodes": 1})"),
+               "cluster.gpu.power_limit_W", "above the TDP");
+  expect_error(cluster(R"({"gpu": {"name": "A10G-24GB", "power_limit_W": 100}, "nodes": 1})"),
+               "cluster.gpu.power_limit_W", "needs tdp_W");
+  expect_error(cluster(R"({"gpu": {"name": "H100-SXM5-80GB", "idle_W": 700}, "nodes": 1})"), "cluster.gpu.idle_W",
+               "not below the power limit");
+  expect_error(cluster(R"({"gpu": {"name": "H100-SXM5-80GB", "tdp_W": -1}, "nodes": 1})"), "cluster.gpu.tdp_W",
+               "positive");
+}
+
 TEST(Cluster, LoadFromFile) {
   const auto file = std::filesystem::temp_directory_path() / ("mist_spec_test_cluster-" + std::to_string(::getpid()) + ".json");
   std::ofstream(file) << R"({"gpu": "H200-SXM-141GB", "nodes": 4})";
