@@ -87,7 +87,9 @@ Result<double> read_number(const JsonFields& f, std::string_view key, double uni
 Result<void> read_power(const JsonFields& f, GpuSpec& g) {
   constexpr double kMaxWatts = 100000;
   constexpr std::array<std::pair<std::string_view, double GpuSpec::*>, 3> kFields = {
-      {{"tdp_W", &GpuSpec::tdp_watts}, {"power_limit_W", &GpuSpec::power_limit_watts}, {"idle_W", &GpuSpec::idle_watts}}};
+      {{"tdp_W", &GpuSpec::tdp_watts},
+       {"power_limit_W", &GpuSpec::power_limit_watts},
+       {"idle_W", &GpuSpec::idle_watts}}};
   for (const auto& [key, member] : kFields)
     if (f.has(key)) {
       MIST_TRY(g.*member, read_number(f, key, 1.0, kMaxWatts, /*positive=*/true));

@@ -12,6 +12,7 @@
 #include "hardware/fit.hpp"
 #include "analysis/time_model.hpp"
 #include "../analysis/test_jobs.hpp"
+#include "../common/csv.hpp"
 #include "../common/sanitized.hpp"
 
 namespace mist::calibration {
@@ -19,26 +20,7 @@ namespace {
 
 using analysis::TimeConstants;
 
-std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::map<std::string, std::string>> rows;
-  std::vector<std::string> header;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
-    if (header.empty()) {
-      header = cells;
-      continue;
-    }
-    std::map<std::string, std::string> row;
-    for (size_t i = 0; i < header.size() && i < cells.size(); ++i) row[header[i]] = cells[i];
-    rows.push_back(row);
-  }
-  return rows;
-}
+using mist::testing::read_csv;
 
 std::string data(const std::string& file) { return std::string(MIST_SOURCE_DIR) + "/data/published/" + file; }
 

@@ -3,13 +3,12 @@
 // is the PyTorch-FSDP fit of llm-foundry's A100 runs, moved to H100 by the GPUs' MAMF fractions;
 // the rest is physics (torchtitan's lowering and selective policy, the power limit's clock).
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "job/prepare.hpp"
 #include "spec/catalog.hpp"
+#include "../common/csv.hpp"
 
 namespace mist::job {
 namespace {
@@ -21,20 +20,8 @@ struct Row {
 
 // The rows without torch.compile or Float8 (those are not modelled yet).
 std::vector<Row> eager_rows() {
-  std::ifstream in(std::string(MIST_TEST_DATA_DIR) + "/groundtruth/torchtitan_h100_fsdp.csv");
   std::vector<Row> rows;
-  std::vector<std::string> header;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
-    if (header.empty()) {
-      header = cells;
-      continue;
-    }
-    std::map<std::string, std::string> r;
-    for (size_t i = 0; i < header.size() && i < cells.size(); ++i) r[header[i]] = cells[i];
+  for (const auto& r : testing::read_csv(std::string(MIST_TEST_DATA_DIR) + "/groundtruth/torchtitan_h100_fsdp.csv")) {
     if (r.at("compile") != "0" || r.at("float8") != "0") continue;
     rows.push_back({std::stoll(r.at("gpus")), std::stoll(r.at("local_batch")), std::stod(r.at("tps_per_gpu")),
                     std::stod(r.at("memory_gib"))});
