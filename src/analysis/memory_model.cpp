@@ -244,7 +244,8 @@ Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& 
     s.block_activation_bytes_recomputed = out[(nt + 2) * rows + r];
     s.host_bytes = out[(nt + 3) * rows + r];
     s.capacity_bytes = c.gpu.memory_bytes;
-    s.fits = s.peak_bytes <= s.capacity_bytes;
+    s.usable_bytes = job.usable_memory_bytes();
+    s.fits = s.peak_bytes <= s.usable_bytes;
     for (const auto& q : M.quantities) {
       const double v = sym::evaluate_or_zero(q.formula, knobs[r]);
       s.quantities.push_back({q.name, q.description, q.name, q.formula.str(), v, q.is_bytes});

@@ -77,6 +77,7 @@ struct StageMemory {
   double peak_bytes = 0;            // everything on the GPU at the stage's peak
   double peak_allocated_bytes = 0;  // the part a framework allocator reports as allocated
   double capacity_bytes = 0;
+  double usable_bytes = 0;  // the capacity less the job's memory headroom: what `fits` is judged on
   bool fits = false;
   double block_activation_bytes = 0;
   double block_activation_bytes_recomputed = 0;

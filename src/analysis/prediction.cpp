@@ -1,6 +1,30 @@
 #include "analysis/prediction.hpp"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 namespace mist::analysis {
+
+Band time_band(const Calibration& c, double t) {
+  Band b;
+  if (c.held_out_runs > 0) {
+    b.relative = c.held_out_mean_error;
+    b.basis = fmt::format("the calibration's mean error on {} runs it was not fitted on", c.held_out_runs);
+  } else if (c.runs > 0) {
+    b.relative = c.mean_error;
+    b.basis = fmt::format("the calibration's mean error on the {} runs it was fitted on (none held out)", c.runs);
+  } else {
+    b.relative = kUncalibratedTimeBand;
+    b.basis = c.kind == "file" ? "a constants file without recorded fit errors: the physics alone's band"
+                               : "the physics alone: its error on published runs without a calibration";
+  }
+  if (c.kind == "stack" && !c.fitted_gpu.empty() && c.note.find("applied to") != std::string::npos)
+    b.basis += ", measured on " + c.fitted_gpu;
+  b.low = t * (1 - b.relative);
+  b.high = t * (1 + b.relative);
+  return b;
+}
 
 Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p) {
   MIST_CHECK(plan::validate_plan(p, job.model(), job.cluster(), job.training()));
@@ -9,6 +33,11 @@ Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p) {
   MIST_TRY(out.time, iteration_time(job, p));
   out.matmul_rate = matmul_rate(job);
   out.calibration = job.calibration();
+  out.time_band = time_band(out.calibration, out.time.iteration_time_s);
+  double peak = 0;
+  for (const auto& s : out.memory.stages) peak = std::max(peak, s.peak_bytes);
+  out.memory_band = {peak, peak * (1 + kMemoryBand), kMemoryBand,
+                     "the caching allocator's reserve above the allocated peak on published runs (3.5-5.6%)"};
   return out;
 }
 

@@ -3,6 +3,8 @@
 // checks, the executor's validation and the benchmarks all call.
 #pragma once
 
+#include <string>
+
 #include "analysis/memory_model.hpp"
 #include "analysis/prepared_job.hpp"
 #include "analysis/time_model.hpp"
@@ -10,12 +12,34 @@
 
 namespace mist::analysis {
 
+// A range a figure is expected in, from what the figure's model missed on runs it had not seen.
+struct Band {
+  double low = 0, high = 0;
+  double relative = 0;  // the error the range spans, as a fraction of the figure
+  std::string basis;    // where that error was measured
+};
+
+// The memory band: what PyTorch's caching allocator reserves above the allocated peak the memory
+// model predicts (byte-exact against LibTorch's allocations, docs/memory-model.md): the published
+// runs with a reserved figure (torchtitan's, tests/data/groundtruth/torchtitan_h100_fsdp.csv) sit
+// 3.5% and 5.6% above it. One-sided: [peak, peak·(1 + band)]. Also tune's and gpus's default headroom.
+inline constexpr double kMemoryBand = 0.06;
+// The time band of the physics alone, without a calibration: its per-source error on published runs
+// was 5-29% (docs/time-model.md, first slice of issue 15).
+inline constexpr double kUncalibratedTimeBand = 0.30;
+
 struct Prediction {
   MemoryPrediction memory;
   TimePrediction time;
+  Band time_band;    // of time.iteration_time_s: ± the calibration's held-out mean error
+  Band memory_band;  // of the largest stage peak
   MatmulRate matmul_rate;   // the GEMM rate the time model assumed, and its source
   Calibration calibration;  // the constants' provenance: which fit, on how many runs, its error
 };
+
+// ± the calibration's held-out mean error (its in-sample error when nothing was held out,
+// kUncalibratedTimeBand without one) around an iteration time `t`.
+Band time_band(const Calibration& c, double t);
 
 // Checks the plan against the job (plan::validate_plan; the error names the rule), then predicts.
 Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p);

@@ -25,7 +25,15 @@ Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec
 }
 
 PreparedJob PreparedJob::with_constants(TimeConstants constants) const {
-  return PreparedJob(inputs_, cache_, std::move(constants), calibration_);
+  PreparedJob j(inputs_, cache_, std::move(constants), calibration_);
+  j.headroom_ = headroom_;
+  return j;
+}
+
+PreparedJob PreparedJob::with_memory_headroom(double fraction) const {
+  PreparedJob j = *this;
+  j.headroom_ = fraction;
+  return j;
 }
 
 Result<const Lowering*> PreparedJob::lowering(bool sequence_parallel, plan::Recompute recompute) const {

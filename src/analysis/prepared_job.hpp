@@ -62,6 +62,13 @@ class PreparedJob {
   // The same job with other time-model constants (fits try many); the lowering stays shared.
   PreparedJob with_constants(TimeConstants constants) const;
 
+  // The share of each GPU's memory a plan must leave free to count as fitting (tune and gpus keep
+  // the memory band, kMemoryBand, by default; predict none): a plan fits when every stage's peak is
+  // at most usable_memory_bytes().
+  PreparedJob with_memory_headroom(double fraction) const;
+  double memory_headroom() const { return headroom_; }
+  double usable_memory_bytes() const { return cluster().gpu.memory_bytes * (1 - headroom_); }
+
   // Built on first use, then shared (thread-safe); valid for the life of every copy of the job.
   // `sequence_parallel` is the plan's, already reduced to tp > 1.
   Result<const Lowering*> lowering(bool sequence_parallel, plan::Recompute recompute) const;
@@ -83,6 +90,7 @@ class PreparedJob {
   std::shared_ptr<Cache> cache_;  // shared by copies: the lowering does not depend on the constants
   TimeConstants constants_;
   Calibration calibration_;
+  double headroom_ = 0;
 };
 
 // The GEMM rate the time model assumes for this job and where it came from: the first thing to

@@ -230,6 +230,7 @@ std::vector<Command> add_gpus_command(CLI::App& app) {
                 "only plans this engine can run (megatron, deepspeed, torchtitan), with the time model's calibration "
                 "for that stack (default: megatron's)");
   add_calibration_options(g, a->calibration, /*with_engine=*/false);
+  add_headroom_option(g, a->calibration);
   g->add_option("--gpus-per-node", a->gpus_per_node, "node size for every GPU type (default: the catalog's)")
       ->check(CLI::Range(1, 64));
   g->add_option("--profile-db", a->profile_db,

@@ -26,8 +26,17 @@ void add_calibration_options(CLI::App* cmd, CalibrationArgs& a, bool with_engine
   cmd->add_flag("--uncalibrated", a.uncalibrated, "the physics alone: no stack calibration");
 }
 
+void add_headroom_option(CLI::App* cmd, CalibrationArgs& a) {
+  a.headroom = analysis::kMemoryBand;
+  cmd->add_option("--headroom", a.headroom,
+                  "share of each GPU's memory a chosen plan leaves free: the band of what the allocator reserves "
+                  "above the predicted peak (0 for none)")
+      ->capture_default_str();
+}
+
 Result<job::PrepareOptions> prepare_options(const CalibrationArgs& a) {
   job::PrepareOptions o;
+  o.memory_headroom = a.headroom;
   auto e = spec::engine_from_string(a.engine);
   if (!e) return fail("--engine", e.error().message);
   o.engine = *e;

@@ -20,12 +20,15 @@ struct JobArgs {
 struct CalibrationArgs {
   std::string engine = "megatron";
   bool uncalibrated = false;
+  double headroom = 0;  // --headroom of tune and gpus (add_headroom_option)
 };
 
 // Adds --model, --cluster, --training and (when `with_plan`) --plan, all required.
 void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan = true);
 // Adds --engine (unless the command has its own) and --uncalibrated.
 void add_calibration_options(CLI::App* cmd, CalibrationArgs& a, bool with_engine = true);
+// Adds --headroom (default: the memory band, analysis::kMemoryBand): what tune and gpus leave free.
+void add_headroom_option(CLI::App* cmd, CalibrationArgs& a);
 Result<job::PrepareOptions> prepare_options(const CalibrationArgs& a);
 // Loads the files (or catalog names); without a plan file the plan is left default. The files the
 // cluster file names are kept for job::prepare, which reads them.

@@ -38,6 +38,18 @@ std::string header(const Job& job) {
       spec::to_string(job.training.precision));
 }
 
+Json band_json(const analysis::Band& b) {
+  return {{"low", b.low}, {"high", b.high}, {"relative", b.relative}, {"basis", b.basis}};
+}
+
+std::string band_text(const Prediction& pred) {
+  const auto& t = pred.time_band;
+  const auto& m = pred.memory_band;
+  return fmt::format("expect the iteration in {} - {} (±{:.1f}%: {}); the peak up to {} (+{:.0f}%: {})\n",
+                     format_seconds(t.low), format_seconds(t.high), 100 * t.relative, t.basis, format_bytes(m.high),
+                     100 * m.relative, m.basis);
+}
+
 }  // namespace
 
 std::string format_seconds(double s) {
@@ -90,7 +102,8 @@ Json prediction_json(const Job& job, const Prediction& pred) {
                       {"peak_allocated_bytes", s.peak_allocated_bytes},
                       {"capacity_bytes", s.capacity_bytes},
                       {"fits", s.fits},
-                      {"shortfall_bytes", std::max(0.0, s.peak_bytes - s.capacity_bytes)},
+                      {"usable_bytes", s.usable_bytes},
+                      {"shortfall_bytes", std::max(0.0, s.peak_bytes - s.usable_bytes)},
                       {"memory", mem},
                       {"block_activation_bytes", s.block_activation_bytes},
                       {"block_activation_bytes_recomputed", s.block_activation_bytes_recomputed},
@@ -128,6 +141,8 @@ Json prediction_json(const Job& job, const Prediction& pred) {
               {"matmul_tflops", rate.flops / 1e12},
               {"matmul_rate_source", rate.source},
               {"calibration", calibration_json(pred.calibration)},
+              {"bands",
+               {{"iteration_time_s", band_json(pred.time_band)}, {"peak_memory_bytes", band_json(pred.memory_band)}}},
               {"stages", stages}};
 }
 
@@ -145,7 +160,7 @@ std::string prediction_text(const Job& job, const Prediction& pred) {
                        format_bytes(term(s, "gradients")), format_bytes(term(s, "optimizer_states")),
                        format_bytes(term(s, "activations")), format_bytes(other), format_bytes(s.peak_bytes),
                        format_bytes(s.capacity_bytes),
-                       s.fits ? "yes" : "NO, short " + format_bytes(s.peak_bytes - s.capacity_bytes));
+                       s.fits ? "yes" : "NO, short " + format_bytes(s.peak_bytes - s.usable_bytes));
   }
   if (p.host_bytes_per_node > 0 || !p.host_fits)
     out += fmt::format("host memory per node for offloaded state: {} of {}{}\n",
@@ -166,6 +181,7 @@ std::string prediction_text(const Job& job, const Prediction& pred) {
   const auto& rate = pred.matmul_rate;
   out += fmt::format("GEMMs at {:.0f} TFLOP/s: {}\n", rate.flops / 1e12, rate.source);
   out += calibration_text(pred.calibration);
+  out += band_text(pred);
   return out;
 }
 

@@ -252,6 +252,7 @@ std::vector<Command> add_tune_command(CLI::App& app) {
                 "only plans this engine can run: megatron, deepspeed, torchtitan, or mist (everything); it also "
                 "selects the time model's calibration for that stack (megatron's for mist)");
   add_calibration_options(t, a->calibration, /*with_engine=*/false);
+  add_headroom_option(t, a->calibration);
   t->add_option("--virtual-stages", a->virtual_stages,
                  "interleaved model chunks per pipeline stage to try, e.g. 1,2,4 (default: the space's; mist: 1,2,4)");
   t->add_option("--solver", a->solver, "inter-stage solver: dp (exact dynamic programme) or milp (Mist's MILP on CBC)")

@@ -86,7 +86,12 @@ Result<analysis::PreparedJob> prepare(const spec::ModelSpec& model, const spec::
   } else {
     MIST_CHECK(apply_stack_fit(cluster, training, options.engine, k.perf, about));
   }
-  return analysis::PreparedJob::create(model, cluster, training, std::move(k), std::move(about), options.engine);
+  if (!(options.memory_headroom >= 0 && options.memory_headroom < 0.9))
+    return fail("--headroom",
+                fmt::format("must be a fraction of GPU memory in [0, 0.9), got {:g}", options.memory_headroom));
+  MIST_TRY(auto job, analysis::PreparedJob::create(model, cluster, training, std::move(k), std::move(about),
+                                                   options.engine));
+  return job.with_memory_headroom(options.memory_headroom);
 }
 
 Result<analysis::PreparedJob> prepare(const Job& job, const PrepareOptions& options) {

@@ -31,6 +31,9 @@ struct PrepareOptions {
   // The software stack the job trains with: it selects the shipped fit of that stack (stacks.hpp).
   spec::Engine engine = spec::Engine::kMegatron;
   bool uncalibrated = false;  // the physics alone (--uncalibrated)
+  // The share of each GPU's memory a plan must leave free (PreparedJob::with_memory_headroom):
+  // tune and gpus keep analysis::kMemoryBand by default (--headroom), predict none.
+  double memory_headroom = 0;
 };
 
 // The time model's constants, in order of precedence: the cluster's own time_constants file (a fit

@@ -36,7 +36,7 @@ Result<StageCosts> StageCosts::create(const analysis::PreparedJob& job, const Se
   }
   MIST_TRY(auto timer, analysis::StageTimer::create(job, layout));
   return StageCosts(job.cluster(), space, layout, std::move(timer), std::move(progs),
-                    analysis::nccl_buffer_bytes(layout, job.cluster()));
+                    analysis::nccl_buffer_bytes(layout, job.cluster()), job.usable_memory_bytes());
 }
 
 void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
@@ -58,7 +58,7 @@ void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int inde
 
 double StageCosts::excess(double peak, double host) const {
   const double host_cap = c_->host_memory_bytes / static_cast<double>(c_->gpus_per_node);
-  return std::max(peak - c_->gpu.memory_bytes, host - host_cap);
+  return std::max(peak - usable_, host - host_cap);
 }
 
 std::vector<Point> StageCosts::cost(const std::vector<plan::StagePlan>& settings, int index, TuneStats& stats,

@@ -81,9 +81,9 @@ class StageCosts {
 
  private:
   StageCosts(const spec::ClusterSpec& c, const SearchSpace& space, plan::Plan layout, analysis::StageTimer timer,
-             std::vector<const sym::Program*> programs, double nccl)
+             std::vector<const sym::Program*> programs, double nccl, double usable)
       : c_(&c), space_(&space), layout_(std::move(layout)), timer_(std::move(timer)), programs_(std::move(programs)),
-        nccl_(nccl) {}
+        nccl_(nccl), usable_(usable) {}
   // Peak and host bytes of `rows` settings, written to peak[r], host[r].
   void evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
                 std::vector<double>& host, TuneStats& stats) const;
@@ -95,6 +95,7 @@ class StageCosts {
   analysis::StageTimer timer_;
   std::vector<const sym::Program*> programs_;  // per stage index
   double nccl_ = 0;
+  double usable_ = 0;  // GPU memory a stage may use (PreparedJob::usable_memory_bytes)
 };
 
 }  // namespace mist::tuner

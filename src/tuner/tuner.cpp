@@ -201,7 +201,7 @@ void describe_closest(const analysis::PreparedJob& job, Candidate& closest) {
   double worst = 0;
   for (const auto& s : mem.stages) worst = std::max(worst, s.peak_bytes);
   closest.peak_memory_bytes = worst;
-  closest.shortfall_bytes = std::max(0.0, worst - job.cluster().gpu.memory_bytes);
+  closest.shortfall_bytes = std::max(0.0, worst - job.usable_memory_bytes());
   closest.host_shortfall_bytes = std::max(0.0, mem.host_bytes_per_node - mem.host_capacity_bytes);
   closest.prediction = std::move(*pred);
 }

@@ -1,3 +1,4 @@
+#include "analysis/prediction.hpp"
 #include "cli/commands.hpp"
 #include "run_mist.hpp"
 
@@ -63,6 +64,45 @@ TEST(Cli, PredictPrintsATableAndJson) {
 
 // --engine selects the calibration of that stack (its fit on the job's GPU or the nearest
 // generation), every prediction says which, and --uncalibrated gives the physics alone.
+// Every prediction carries a band for its time (± the calibration's held-out mean error) and its
+// peak memory (up to the allocator's reserve above it); tune keeps that memory band free by default.
+TEST(Cli, PredictionsCarryBandsAndTuneKeepsTheMemoryHeadroom) {
+  auto args = example_job();
+  args.push_back("--json");
+  auto r = mist(args);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const double t = j["iteration_time_s"].get<double>();
+  const auto& tb = j["bands"]["iteration_time_s"];
+  const double held_out = j["calibration"]["held_out"]["mean_rel_error"].get<double>();
+  EXPECT_DOUBLE_EQ(tb["relative"].get<double>(), held_out);
+  EXPECT_NEAR(tb["low"].get<double>(), t * (1 - held_out), 1e-12 * t);
+  EXPECT_NEAR(tb["high"].get<double>(), t * (1 + held_out), 1e-12 * t);
+  double peak = 0;
+  for (const auto& s : j["stages"]) peak = std::max(peak, s["peak_memory_bytes"].get<double>());
+  EXPECT_DOUBLE_EQ(j["bands"]["peak_memory_bytes"]["high"].get<double>(), peak * (1 + analysis::kMemoryBand));
+  EXPECT_NE(mist(example_job()).out.find("expect the iteration in"), std::string::npos);
+
+  auto tune = [](std::vector<std::string> extra) {
+    auto a = example_job("tune");
+    a.resize(a.size() - 2);  // tune takes no --plan
+    a.insert(a.end(), {"--json", "--top", "3"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return mist(a);
+  };
+  for (const auto& [extra, headroom] : std::vector<std::pair<std::vector<std::string>, double>>{
+           {{}, analysis::kMemoryBand}, {{"--headroom", "0.2"}, 0.2}}) {
+    auto out = tune(extra);
+    ASSERT_EQ(out.code, kExitOk) << out.err;
+    const auto tj = nlohmann::json::parse(out.out);
+    for (const auto& s : tj["prediction"]["stages"])
+      EXPECT_LE(s["peak_memory_bytes"].get<double>(), (1 - headroom) * s["capacity_bytes"].get<double>());
+  }
+  auto bad = tune({"--headroom", "1.5"});
+  EXPECT_EQ(bad.code, kExitInvalidInput);
+  EXPECT_NE(bad.err.find("--headroom"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, EngineSelectsTheCalibrationAndThePredictionSaysWhich) {
   auto run = [](std::vector<std::string> extra) {
     auto args = example_job();  // GPT-3 13B on 2x8 A100-80GB
