@@ -298,12 +298,8 @@ void torchtitan_rules(Walk& w) {
                             "(parallelism.pipeline_parallel_first/last_stage_less_layers)");
     }
   }
-  if (w.p.recompute == Recompute::kSelective) {
-    w.p.recompute = Recompute::kNone;
-    w.note("plan.recompute", "torchtitan's selective activation checkpointing works per op (it keeps every "
-                             "other matmul), not as mist's attention-core recompute", "selective -> none");
-  }
   all_or_no_ckpt(w, "torchtitan's full activation checkpointing wraps every block (activation-checkpoint:full)");
+  drop_selective_with_full(w, "torchtitan runs one activation-checkpoint mode, full or selective, not both");
 }
 
 Walk walk(const Plan& p, Engine e, const spec::TrainingSpec* t) {

@@ -54,8 +54,10 @@ constexpr EngineCaps kDeepSpeedCaps{
 };
 
 // torchtitan @ b5bcd76c: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2) or DDP
-// replication; full activation checkpointing wraps every block; selective AC is per op (not
-// mist's attention-core recompute); CPU offload moves parameters, gradients and optimizer states.
+// replication; full activation checkpointing wraps every block; selective AC is its op-level policy
+// (distributed/activation_checkpoint.py SelectiveAC: keeps the attention kernel and every other
+// matmul), which is what a plan's "selective" means for this engine (graph::SelectivePolicy), never
+// mixed with full; CPU offload moves parameters, gradients and optimizer states.
 constexpr EngineCaps kTorchtitanCaps{
     .engine = Engine::kTorchtitan,
     .zero_levels = {true, false, true, true},
@@ -64,7 +66,7 @@ constexpr EngineCaps kTorchtitanCaps{
     .virtual_stages = true,
     .split = SplitSupport::kTorchtitanAuto,
     .full_recompute = RecomputeSupport::kAllOrNone,
-    .selective_recompute = false,
+    .selective_recompute = true,
     .selective_with_full = false,
     .offload = {.weights = true,
                 .weights_need_zero3 = true,

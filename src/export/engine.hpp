@@ -68,7 +68,7 @@ struct EngineCaps {
   bool virtual_stages;              // interleaved schedule (virtual_pipeline_stages > 1)
   SplitSupport split;
   RecomputeSupport full_recompute;
-  bool selective_recompute;         // attention-core recompute (plan.recompute = selective)
+  bool selective_recompute;         // plan.recompute = selective, as the engine defines it
   bool selective_with_full;         // selective on some blocks and full on others at once
   OffloadCaps offload;
 };

@@ -91,7 +91,9 @@ std::vector<Option> torchtitan_options(const spec::TrainingSpec& t, const plan::
     add(o, "--compile.enable");  // async TP needs the model compiled (CompileConfig)
     add(o, "--compile.enable_async_tensor_parallel");
   }
-  add(o, p.stages.front().ckpt_layers > 0 ? "activation-checkpoint:full" : "activation-checkpoint:none");
+  add(o, p.stages.front().ckpt_layers > 0              ? "activation-checkpoint:full"
+         : p.recompute == plan::Recompute::kSelective ? "activation-checkpoint:selective"
+                                                      : "activation-checkpoint:none");
   return o;
 }
 
@@ -202,6 +204,8 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   const std::string policy_ac = ac.value_or("selective");
   if (policy_ac == "full") {
     for (auto& st : p.stages) st.ckpt_layers = st.num_layers;
+  } else if (policy_ac == "selective") {
+    p.recompute = plan::Recompute::kSelective;  // its op-level policy, as mist models it for torchtitan
   } else if (policy_ac != "none") {
     out.notes.push_back(fmt::format("activation-checkpoint:{}{}: torchtitan's {} checkpointing has no mist "
                                     "equivalent; read as no recompute", policy_ac, ac ? "" : " (the default)",

@@ -130,8 +130,8 @@ TEST(Torchtitan, RefusesWhatItCannotRun) {
   for (const auto& e : why) paths.push_back(e.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].zero", "plan.stages[0].offload.optimizer_states",
                                              "plan.overlap_grad_reduce", "plan.grad_accumulation_fusion",
-                                             "plan.async_tp_backward", "plan.recompute",
-                                             "plan.stages[0].ckpt_layers"}));
+                                             "plan.async_tp_backward", "plan.stages[0].ckpt_layers",
+                                             "plan.recompute"}));  // full everywhere, so selective goes
   const auto n = nearest_expressible(p, Engine::kTorchtitan, &t).plan;
   EXPECT_EQ(n.stages[0].zero, 2);
   EXPECT_EQ(n.stages[1].ckpt_layers, 20);
@@ -167,6 +167,33 @@ TEST(Torchtitan, ImportErrorsNameTheOverride) {
   EXPECT_EQ(ok->plan.stages[0].zero, 3);  // FSDP over the rest, resharding after forward by default
   EXPECT_EQ(ok->plan.micro_batch_size, 8);  // 16384 tokens of 2048
   EXPECT_EQ(ok->plan.stages[0].ckpt_layers, 40);
+  // torchtitan's selective AC (its default) is its op-level policy, which a plan's "selective" means
+  // for this engine: read as such, and written back as activation-checkpoint:selective.
+  for (const char* text : {"--parallelism.tensor-parallel-degree 8 activation-checkpoint:selective",
+                           "--parallelism.tensor-parallel-degree 8"}) {
+    auto sel = import_torchtitan_overrides(text, m, c);
+    ASSERT_TRUE(sel) << sel.error().to_string();
+    EXPECT_EQ(sel->plan.recompute, plan::Recompute::kSelective) << text;
+    EXPECT_EQ(sel->plan.stages[0].ckpt_layers, 0) << text;
+  }
+}
+
+TEST(Torchtitan, SelectiveRecomputeIsItsOpLevelPolicy) {
+  auto p = testing::plan(8, 1, {32}, 2, 1, /*zero=*/3);
+  p.grad_accumulation_fusion = p.async_tp_backward = false;
+  p.recompute = plan::Recompute::kSelective;
+  const auto out = lines(model("llama3-8b"), cluster(1, 8), training(16, 8192), p);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back(), "activation-checkpoint:selective");
+  // With full recompute too, torchtitan has one mode: full.
+  auto both = testing::plan(8, 1, {32}, 2, 1, /*zero=*/3, /*ckpt=*/32);
+  both.grad_accumulation_fusion = both.async_tp_backward = false;
+  both.recompute = plan::Recompute::kSelective;
+  auto r = export_plan(Engine::kTorchtitan, {model("llama3-8b"), cluster(1, 8), training(16, 8192), both, {}});
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->exported.has_value());
+  ASSERT_FALSE(r->reasons.empty());
+  EXPECT_EQ(r->reasons[0].path, "plan.recompute") << r->reasons[0].to_string();
 }
 
 }  // namespace
