@@ -30,6 +30,14 @@ PreparedJob PreparedJob::with_constants(TimeConstants constants) const {
   return j;
 }
 
+PreparedJob PreparedJob::with_nodes(int64_t nodes) const {
+  Inputs in = *inputs_;
+  in.cluster.nodes = nodes;
+  PreparedJob j(std::make_shared<const Inputs>(std::move(in)), std::make_shared<Cache>(), constants_, calibration_);
+  j.headroom_ = headroom_;
+  return j;
+}
+
 PreparedJob PreparedJob::with_memory_headroom(double fraction) const {
   PreparedJob j = *this;
   j.headroom_ = fraction;

@@ -66,6 +66,8 @@ class PreparedJob {
   // the memory band, kMemoryBand, by default; predict none): a plan fits when every stage's peak is
   // at most usable_memory_bytes().
   PreparedJob with_memory_headroom(double fraction) const;
+  // The same job on `nodes` nodes of the same GPUs (a new lowering cache: the cluster is an input).
+  PreparedJob with_nodes(int64_t nodes) const;
   double memory_headroom() const { return headroom_; }
   double usable_memory_bytes() const { return cluster().gpu.memory_bytes * (1 - headroom_); }
 

@@ -15,6 +15,7 @@
 #include "export/deepspeed.hpp"
 #include "job/prepare.hpp"
 #include "export/megatron.hpp"
+#include "tuner/nodes_to_fit.hpp"
 #include "tuner/tuner.hpp"
 
 namespace mist::cli {
@@ -171,6 +172,12 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
                       {"shortfall_bytes", r->closest->shortfall_bytes},
                       {"host_shortfall_bytes", r->closest->host_shortfall_bytes}};
     }
+    auto more = tuner::nodes_to_fit(*prepared, *o);
+    if (!more) return invalid_input(err, more.error());
+    const auto per_node = job->cluster.gpus_per_node;
+    j["gpus_to_fit"] = *more ? Json(**more * per_node) : Json(nullptr);
+    what += *more ? fmt::format("; on {} GPUs ({} nodes of {}) a plan fits", **more * per_node, **more, per_node)
+                  : fmt::format("; not even on {} GPUs", 16 * job->cluster.nodes * per_node);
     if (a.json) out = j.dump(2) + "\n";
     err = "mist: " + what + ". Add GPUs, use GPUs with more memory, or shorten the sequence.\n";
     return kExitNoFit;

@@ -2,6 +2,7 @@
 // the solver's failure terminations (values or errors, never an abort).
 #include <cmath>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -49,6 +50,18 @@ TEST(TuneFailures, NothingFitsExitsThreeWithTheClosestPlanAndItsShortfall) {
   // tune keeps the default headroom (the memory band) free, predict none: tune's shortfall is
   // predict's plus that share of the GPU.
   EXPECT_NEAR(worst + analysis::kMemoryBand * capacity, shortfall, 1e-6 * shortfall);
+  // It also says how many of these GPUs would give a plan that fits, and on that many one does.
+  ASSERT_TRUE(j.contains("gpus_to_fit")) << json.out;
+  ASSERT_TRUE(j["gpus_to_fit"].is_number()) << json.out;
+  const int64_t gpus = j["gpus_to_fit"].get<int64_t>();
+  EXPECT_GT(gpus, 1);
+  EXPECT_NE(text.err.find(fmt::format("on {} GPUs", gpus)), std::string::npos) << text.err;
+  auto v100s = [](const char* name, int64_t n) {
+    return temp_file(name, fmt::format(R"({{"gpu": "V100-SXM2-32GB", "nodes": {}, "gpus_per_node": 1,
+                                          "host_memory_GiB": 1}})", n));
+  };
+  EXPECT_EQ(mist(job_args("tune", "gpt3-13b", v100s("more_v100.json", gpus), training)).code, cli::kExitOk);
+  EXPECT_EQ(mist(job_args("tune", "gpt3-13b", v100s("half_v100.json", gpus / 2), training)).code, cli::kExitNoFit);
 }
 
 TEST(TuneFailures, AnEmptySearchSpaceIsInvalidInputNotNoFit) {
