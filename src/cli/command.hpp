@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@ struct Command {
   CLI::App* app;
   Runner run;
 };
+
+// Parses `args` into `app` as every mist executable does: a help request prints the help of the
+// subcommand it names (or everything, or the version) to `out`, a parse error a usage line to `err`.
+// The exit status when parsing ended the run; nullopt when the parsed command is to run.
+std::optional<int> parse_args(CLI::App& app, const std::vector<std::string>& args, std::string& out,
+                              std::string& err);
 
 // One per source file (predict_command.cpp, list_command.cpp, ...).
 std::vector<Command> add_predict_commands(CLI::App& app);  // predict, explain

@@ -27,6 +27,30 @@ int main_of(int argc, char** argv, RunFn run) {
   return code;
 }
 
+std::optional<int> parse_args(CLI::App& app, const std::vector<std::string>& args, std::string& out,
+                              std::string& err) {
+  std::vector<std::string> argv = args;
+  std::reverse(argv.begin(), argv.end());  // CLI11 parses a reversed vector
+  try {
+    app.parse(argv);
+  } catch (const CLI::CallForHelp&) {
+    // `mist predict --help` arrives here too: show the help of the subcommand that was named.
+    const auto subs = app.get_subcommands();
+    out = subs.empty() ? app.help() : subs.back()->help();
+    return kExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    out = app.help("", CLI::AppFormatMode::All);
+    return kExitOk;
+  } catch (const CLI::CallForVersion& e) {
+    out = std::string(e.what()) + "\n";  // the text of app.set_version_flag
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    err = fmt::format("mist: {}\nRun 'mist --help' (or 'mist <command> --help') for usage.\n", e.what());
+    return kExitInvalidInput;
+  }
+  return std::nullopt;
+}
+
 int run(const std::vector<std::string>& args, std::string& out, std::string& err) {
   CLI::App app{
       "mist: plans and predicts distributed LLM training.\n"
@@ -55,25 +79,7 @@ int run(const std::vector<std::string>& args, std::string& out, std::string& err
       return kExitInvalidInput;
     }
   }
-  std::vector<std::string> argv = args;
-  std::reverse(argv.begin(), argv.end());  // CLI11 parses a reversed vector
-  try {
-    app.parse(argv);
-  } catch (const CLI::CallForHelp&) {
-    // `mist predict --help` arrives here too: show the help of the subcommand that was named.
-    const auto subs = app.get_subcommands();
-    out = subs.empty() ? app.help() : subs.back()->help();
-    return kExitOk;
-  } catch (const CLI::CallForAllHelp&) {
-    out = app.help("", CLI::AppFormatMode::All);
-    return kExitOk;
-  } catch (const CLI::CallForVersion&) {
-    out = "mist 0.1.0\n";
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    err = fmt::format("mist: {}\nRun 'mist --help' (or 'mist <command> --help') for usage.\n", e.what());
-    return kExitInvalidInput;
-  }
+  if (auto done = parse_args(app, args, out, err)) return *done;
   for (const auto& c : commands)
     if (c.app->parsed()) return c.run(out, err);
   err = "mist: no command given; run 'mist --help'\n";

@@ -1,10 +1,7 @@
 // mist-measure's command line: `validate ...` and `profile --db F ...`, as `mist` received them
 // (measure_commands.hpp). `mist` has already parsed the line once, so the errors here are for a
 // mist-measure run by hand; they read like mist's.
-#include <algorithm>
-
-#include <fmt/format.h>
-
+#include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/measure_commands.hpp"
 
@@ -19,18 +16,7 @@ int run_measure(const std::vector<std::string>& args, std::string& out, std::str
   ProfileArgs p;
   auto* validate_app = add_validate_options(app, v);
   add_profile_options(app, p);
-  std::vector<std::string> argv = args;
-  std::reverse(argv.begin(), argv.end());  // CLI11 parses a reversed vector
-  try {
-    app.parse(argv);
-  } catch (const CLI::CallForHelp&) {
-    const auto subs = app.get_subcommands();
-    out = subs.empty() ? app.help() : subs.back()->help();
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    err = fmt::format("mist: {}\nRun 'mist --help' (or 'mist <command> --help') for usage.\n", e.what());
-    return kExitInvalidInput;
-  }
+  if (auto done = parse_args(app, args, out, err)) return *done;
   return validate_app->parsed() ? validate(v, out, err) : measure_profile(p, out, err);
 }
 
