@@ -6,7 +6,7 @@
 
 namespace mist::analysis {
 
-Band time_band(const Calibration& c, double t) {
+Band time_band(const Calibration& c, const std::string& gpu, double t) {
   Band b;
   if (c.held_out_runs > 0) {
     b.relative = c.held_out_mean_error;
@@ -19,7 +19,7 @@ Band time_band(const Calibration& c, double t) {
     b.basis = c.kind == "file" ? "a constants file without recorded fit errors: the physics alone's band"
                                : "the physics alone: its error on published runs without a calibration";
   }
-  if (c.kind == "stack" && !c.fitted_gpu.empty() && c.note.find("applied to") != std::string::npos)
+  if (c.kind == "stack" && !c.fitted_gpu.empty() && c.fitted_gpu != gpu)
     b.basis += ", measured on " + c.fitted_gpu;
   b.low = t * (1 - b.relative);
   b.high = t * (1 + b.relative);
@@ -33,7 +33,7 @@ Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p) {
   MIST_TRY(out.time, iteration_time(job, p));
   out.matmul_rate = matmul_rate(job);
   out.calibration = job.calibration();
-  out.time_band = time_band(out.calibration, out.time.iteration_time_s);
+  out.time_band = time_band(out.calibration, job.cluster().gpu.name, out.time.iteration_time_s);
   double peak = 0;
   for (const auto& s : out.memory.stages) peak = std::max(peak, s.peak_bytes);
   out.memory_band = {peak, peak * (1 + kMemoryBand), kMemoryBand,

@@ -38,8 +38,9 @@ struct Prediction {
 };
 
 // ± the calibration's held-out mean error (its in-sample error when nothing was held out,
-// kUncalibratedTimeBand without one) around an iteration time `t`.
-Band time_band(const Calibration& c, double t);
+// kUncalibratedTimeBand without one) around an iteration time `t` on `gpu` (named in the basis when
+// the calibration was fitted on another).
+Band time_band(const Calibration& c, const std::string& gpu, double t);
 
 // Checks the plan against the job (plan::validate_plan; the error names the rule), then predicts.
 Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p);

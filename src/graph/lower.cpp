@@ -39,7 +39,6 @@ class LayerBuilder {
     return layer_.ops.back();
   }
   const Expr& bytes(int id) const { return layer_.tensors[id].bytes; }
-  std::vector<Op>& layer_ops() { return layer_.ops; }
   Layer done(int input, int output) {
     layer_.input = input;
     layer_.output = output;
@@ -76,14 +75,13 @@ int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const
     // torchtitan's RMSNorm: x.float(), pow, mean, + eps, rsqrt, x·rstd, .type_as(x), ·weight.
     // Autograd keeps the fp32 copy (pow's and the product's input) and the normalised x (the
     // weight product's input), not x.
-    Op& eager = B.layer_ops().back();
     int xf = B.tensor(name + ".x_fp32", n * 4, false);
     int normed = B.tensor(name + ".normed", n * w(o), false);
-    eager.outputs = {y, stats, xf, normed};
-    eager.saved = {xf, normed, stats};
-    eager.stream_kernels = 8;
-    eager.bytes_read = n * (w(o) + 4 + 4 + 4 + 4 + w(o)) + eager.params * w(o);
-    eager.bytes_written = n * (4 + 4 + 4 + w(o) + w(o));
+    op.outputs = {y, stats, xf, normed};
+    op.saved = {xf, normed, stats};
+    op.stream_kernels = 8;
+    op.bytes_read = n * (w(o) + 4 + 4 + 4 + 4 + w(o)) + op.params * w(o);
+    op.bytes_written = n * (4 + 4 + 4 + w(o) + w(o));
   }
   return y;
 }
@@ -267,12 +265,11 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
       // The product keeps its complex (fp32) operand for backward.
       const Expr elems = sb() * (s.h + kv_width) / s.t;
       int fp32 = B.tensor("attn.qk_fp32", elems * 4, false);
-      Op& er = B.layer_ops().back();
-      er.outputs.push_back(fp32);
-      er.saved = {fp32};
-      er.stream_kernels = 6;
-      er.bytes_read = elems * (w(o) + 4 + 4);
-      er.bytes_written = elems * (4 + 4 + w(o));
+      r.outputs.push_back(fp32);
+      r.saved = {fp32};
+      r.stream_kernels = 6;
+      r.bytes_read = elems * (w(o) + 4 + 4);
+      r.bytes_written = elems * (4 + 4 + w(o));
     }
     q = qr;
     k = kr;
@@ -331,12 +328,11 @@ int mlp(LayerBuilder& B, int x, const ModelSpec& m) {
     if (o.eager_elementwise) {
       // F.silu(w1(x)) * w3(x): the SiLU's output is written, then read (and kept) by the product.
       int silu = B.tensor("mlp.silu.out", act * w(o), false);
-      Op& es = B.layer_ops().back();
-      es.outputs.push_back(silu);
-      es.saved.push_back(silu);
-      es.stream_kernels = 2;
-      es.bytes_read = 3 * act * w(o);
-      es.bytes_written = 2 * act * w(o);
+      op.outputs.push_back(silu);
+      op.saved.push_back(silu);
+      op.stream_kernels = 2;
+      op.bytes_read = 3 * act * w(o);
+      op.bytes_written = 2 * act * w(o);
     }
     return row_linear(B, "mlp.down", y, s.f / s.t, m.linear_bias);
   }
