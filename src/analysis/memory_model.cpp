@@ -7,6 +7,7 @@
 
 #include "analysis/overheads.hpp"
 #include "analysis/prepared_job.hpp"
+#include "analysis/reserved_memory.hpp"
 #include "core/units.hpp"
 #include "graph/lower.hpp"
 
@@ -125,8 +126,9 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
       {"cuda_context", "CUDA driver context and loaded kernel images", "C_ctx", S("C_ctx"), false},
       {"nccl_buffers", "NCCL channel buffers of the TP, DP and PP communicators", "C_nccl",
        S("C_nccl"), false},
-      {"allocator_rounding",
-       "caching-allocator rounding to 2 MiB segments: about 1 MiB per saved activation tensor",
+      {"allocator_reserve",
+       "what PyTorch's caching allocator reserves above the allocated peak: predict replays the "
+       "iteration's allocations through its rules (the tuner's estimate: 1 MiB per saved tensor)",
        "1 MiB·p·(" + n(static_cast<int>(n_saved)) + "·(l - c) + c)",
        Expr(kRoundingBytesPerAllocation) * p * ((l - c) * n_saved + c), false},
   };
@@ -245,7 +247,29 @@ Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& 
     s.host_bytes = out[(nt + 3) * rows + r];
     s.capacity_bytes = c.gpu.memory_bytes;
     s.usable_bytes = job.usable_memory_bytes();
-    s.fits = s.peak_bytes <= s.usable_bytes;
+    // The allocator's reserve, replayed on the iteration's allocation trace, replaces the
+    // symbolic estimate; what lives outside the allocator (context, NCCL) stays.
+    size_t reserve_term = 0;
+    while (M.terms[reserve_term].name != "allocator_reserve") ++reserve_term;
+    const double outside = s.peak_bytes - s.peak_allocated_bytes - out[reserve_term * rows + r];
+    s.estimated_peak_bytes = s.peak_bytes;
+    ReservedMemory rm;
+    rm.reserved = s.peak_allocated_bytes + out[reserve_term * rows + r];
+    rm.out_of_memory = rm.limited = s.peak_bytes > s.usable_bytes;
+    if (job.allocator_replay()) {
+      MIST_TRY(rm, reserved_memory(job, p, static_cast<int>(r), s.peak_allocated_bytes, s.usable_bytes - outside));
+    }
+    s.expandable_segments = rm.expandable_segments;
+    // A plan that fits only by the allocator releasing its cache reserves what the GPU leaves it.
+    s.reserved_bytes = rm.limited && !rm.out_of_memory ? rm.limited_reserved : rm.reserved;
+    s.replayed_allocated_bytes = rm.trace_allocated;
+    s.allocator_retries = rm.alloc_retries;
+    s.fits = !rm.limited || !rm.out_of_memory;
+    s.terms[reserve_term].bytes = rm.reserved - s.peak_allocated_bytes;
+    if (job.allocator_replay())
+      s.terms[reserve_term].display = "reserved - allocated, replayed (the search's estimate: " +
+                                      s.terms[reserve_term].display + ")";
+    s.peak_bytes = s.reserved_bytes + outside;
     for (const auto& q : M.quantities) {
       const double v = sym::evaluate_or_zero(q.formula, knobs[r]);
       s.quantities.push_back({q.name, q.description, q.name, q.formula.str(), v, q.is_bytes});

@@ -76,6 +76,18 @@ struct StageMemory {
   std::vector<MemoryTerm> quantities;  // the named quantities at this stage's knob values
   double peak_bytes = 0;            // everything on the GPU at the stage's peak
   double peak_allocated_bytes = 0;  // the part a framework allocator reports as allocated
+  // What PyTorch's caching allocator holds at its peak (torch.cuda.max_memory_reserved): the
+  // replay of the iteration's allocations through its rules (reserved_memory.hpp).
+  // peak_bytes is this plus what lives outside the allocator (CUDA context, NCCL buffers).
+  double reserved_bytes = 0;
+  double replayed_allocated_bytes = 0;  // the allocated peak of that replay
+  // The closed-form peak, the allocator's reserve estimated (allocator_reserve's formula): what the
+  // tuner's search judges plans on before they are predicted.
+  double estimated_peak_bytes = 0;
+  bool expandable_segments = false;  // the allocator setting the reserve was replayed with
+  // Cache releases the allocator needs to stay within the usable memory (0 when it never gets
+  // there): a plan that fits only this way runs, slower.
+  int64_t allocator_retries = 0;
   double capacity_bytes = 0;
   double usable_bytes = 0;  // the capacity less the job's memory headroom: what `fits` is judged on
   bool fits = false;

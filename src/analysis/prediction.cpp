@@ -34,10 +34,10 @@ Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p) {
   out.matmul_rate = matmul_rate(job);
   out.calibration = job.calibration();
   out.time_band = time_band(out.calibration, job.cluster().gpu.name, out.time.iteration_time_s);
-  double peak = 0;
-  for (const auto& s : out.memory.stages) peak = std::max(peak, s.peak_bytes);
-  out.memory_band = {peak, peak * (1 + kMemoryBand), kMemoryBand,
-                     "the caching allocator's reserve above the allocated peak on published runs (3.5-5.6%)"};
+  double reserved = 0;
+  for (const auto& s : out.memory.stages) reserved = std::max(reserved, s.reserved_bytes);
+  out.memory_band = {reserved * (1 - kMemoryBand), reserved * (1 + kMemoryBand), kMemoryBand,
+                     kMemoryBandBasis};
   return out;
 }
 

@@ -19,11 +19,15 @@ struct Band {
   std::string basis;    // where that error was measured
 };
 
-// The memory band: what PyTorch's caching allocator reserves above the allocated peak the memory
-// model predicts (byte-exact against LibTorch's allocations, docs/memory-model.md): the published
-// runs with a reserved figure (torchtitan's, tests/data/groundtruth/torchtitan_h100_fsdp.csv) sit
-// 3.5% and 5.6% above it. One-sided: [peak, peak·(1 + band)]. Also tune's and gpus's default headroom.
-inline constexpr double kMemoryBand = 0.06;
+// The memory band, ± around the largest stage's reserved peak: the allocated model is byte-exact
+// against LibTorch's allocations (docs/validation.md) and the replayed reserved peak was +1.0% and
+// +2.4% off the published runs that report one (torchtitan's, tests/data/groundtruth/
+// torchtitan_h100_fsdp.csv; docs/memory-model.md, "Reserved memory"); two runs are too few to
+// narrow the band below the 5% the project holds reserved predictions to. Also tune's and gpus's
+// default headroom.
+inline constexpr double kMemoryBand = 0.05;
+inline constexpr const char* kMemoryBandBasis =
+    "the replayed allocator against published reserved peaks: +1.0% and +2.4% on 2 runs";
 // The time band of the physics alone, without a calibration: its per-source error on published runs
 // was 5-29% (docs/time-model.md, first slice of issue 15).
 inline constexpr double kUncalibratedTimeBand = 0.30;
@@ -32,7 +36,7 @@ struct Prediction {
   MemoryPrediction memory;
   TimePrediction time;
   Band time_band;    // of time.iteration_time_s: ± the calibration's held-out mean error
-  Band memory_band;  // of the largest stage peak
+  Band memory_band;  // of the largest stage's reserved peak
   MatmulRate matmul_rate;   // the GEMM rate the time model assumed, and its source
   Calibration calibration;  // the constants' provenance: which fit, on how many runs, its error
 };

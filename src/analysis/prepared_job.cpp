@@ -44,6 +44,12 @@ PreparedJob PreparedJob::with_memory_headroom(double fraction) const {
   return j;
 }
 
+PreparedJob PreparedJob::with_allocator_replay(bool on) const {
+  PreparedJob j = *this;
+  j.replay_allocator_ = on;
+  return j;
+}
+
 Result<const Lowering*> PreparedJob::lowering(bool sequence_parallel, plan::Recompute recompute) const {
   const size_t r = static_cast<size_t>(recompute);
   if (r >= 2) return fail("plan.recompute", "unknown recompute mode");

@@ -69,6 +69,12 @@ class PreparedJob {
   // The same job on `nodes` nodes of the same GPUs (a new lowering cache: the cluster is an input).
   PreparedJob with_nodes(int64_t nodes) const;
   double memory_headroom() const { return headroom_; }
+  // Whether predictions replay PyTorch's caching allocator on each stage's allocation trace
+  // (reserved_memory.hpp: the reserved peak, and fits judged on it; the default) or take the memory
+  // model's closed-form estimate of its reserve, as the tuner's search does (its oracle tests
+  // compare searches on that one criterion).
+  PreparedJob with_allocator_replay(bool on) const;
+  bool allocator_replay() const { return replay_allocator_; }
   double usable_memory_bytes() const { return cluster().gpu.memory_bytes * (1 - headroom_); }
 
   // Built on first use, then shared (thread-safe); valid for the life of every copy of the job.
@@ -93,6 +99,7 @@ class PreparedJob {
   TimeConstants constants_;
   Calibration calibration_;
   double headroom_ = 0;
+  bool replay_allocator_ = true;
 };
 
 // The GEMM rate the time model assumes for this job and where it came from: the first thing to

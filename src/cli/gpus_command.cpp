@@ -65,7 +65,7 @@ Json row_json(const advisor::Row& r) {
     j["iteration_time_s"] = r.iteration_time_s;
     j["tokens_per_s"] = r.tokens_per_s;
     j["mfu"] = r.mfu;
-    j["peak_memory_bytes"] = r.peak_memory_bytes;
+    j["device_memory_bytes"] = r.peak_memory_bytes;  // everything on the GPU: the reserved peak, context, NCCL
     j["time_to_train_s"] = r.time_to_train_s;
   } else {
     j["reason"] = r.reason;

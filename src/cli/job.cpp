@@ -29,8 +29,8 @@ void add_calibration_options(CLI::App* cmd, CalibrationArgs& a, bool with_engine
 void add_headroom_option(CLI::App* cmd, CalibrationArgs& a) {
   a.headroom = analysis::kMemoryBand;
   cmd->add_option("--headroom", a.headroom,
-                  "share of each GPU's memory a chosen plan leaves free: the band of what the allocator reserves "
-                  "above the predicted peak (0 for none)")
+                  "share of each GPU's memory a chosen plan leaves free: the band of the predicted reserved peak "
+                  "(0 for none)")
       ->capture_default_str();
 }
 

@@ -1,5 +1,6 @@
 #include "cli/report.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -45,9 +46,9 @@ Json band_json(const analysis::Band& b) {
 std::string band_text(const Prediction& pred) {
   const auto& t = pred.time_band;
   const auto& m = pred.memory_band;
-  return fmt::format("expect the iteration in {} - {} (±{:.1f}%: {}); the peak up to {} (+{:.0f}%: {})\n",
-                     format_seconds(t.low), format_seconds(t.high), 100 * t.relative, t.basis, format_bytes(m.high),
-                     100 * m.relative, m.basis);
+  return fmt::format("expect the iteration in {} - {} (±{:.1f}%: {}); the reserved peak in {} - {} (±{:.0f}%: {})\n",
+                     format_seconds(t.low), format_seconds(t.high), 100 * t.relative, t.basis, format_bytes(m.low),
+                     format_bytes(m.high), 100 * m.relative, m.basis);
 }
 
 }  // namespace
@@ -98,8 +99,15 @@ Json prediction_json(const Job& job, const Prediction& pred) {
                       {"num_layers", s.num_layers},
                       {"ckpt_layers", s.ckpt_layers},
                       {"in_flight_micro_batches", s.in_flight},
-                      {"peak_memory_bytes", s.peak_bytes},
-                      {"peak_allocated_bytes", s.peak_allocated_bytes},
+                      // torch.cuda.max_memory_allocated / max_memory_reserved, and everything on the
+                      // GPU (the reserved peak, the CUDA context, NCCL's buffers): what fits is judged on.
+                      {"peak_memory_bytes", s.peak_allocated_bytes},
+                      {"reserved_memory_bytes", s.reserved_bytes},
+                      {"device_memory_bytes", s.peak_bytes},
+                      {"allocator",
+                       {{"expandable_segments", s.expandable_segments},
+                        {"replayed_allocated_bytes", s.replayed_allocated_bytes},
+                        {"cache_release_retries", s.allocator_retries}}},
                       {"capacity_bytes", s.capacity_bytes},
                       {"fits", s.fits},
                       {"usable_bytes", s.usable_bytes},
@@ -142,7 +150,7 @@ Json prediction_json(const Job& job, const Prediction& pred) {
               {"matmul_rate_source", rate.source},
               {"calibration", calibration_json(pred.calibration)},
               {"bands",
-               {{"iteration_time_s", band_json(pred.time_band)}, {"peak_memory_bytes", band_json(pred.memory_band)}}},
+               {{"iteration_time_s", band_json(pred.time_band)}, {"reserved_memory_bytes", band_json(pred.memory_band)}}},
               {"stages", stages}};
 }
 
@@ -166,6 +174,17 @@ std::string prediction_text(const Job& job, const Prediction& pred) {
     out += fmt::format("host memory per node for offloaded state: {} of {}{}\n",
                        format_bytes(p.host_bytes_per_node), format_bytes(p.host_capacity_bytes),
                        p.host_fits ? "" : "  (does NOT fit)");
+  if (!p.stages.empty()) {
+    const auto& w = *std::max_element(p.stages.begin(), p.stages.end(),
+                                      [](const auto& a, const auto& b) { return a.peak_bytes < b.peak_bytes; });
+    out += fmt::format("stage {}'s peak: {} allocated, {} reserved by PyTorch's caching allocator (its rules replayed on "
+                       "the iteration, {}){}, {} outside it (CUDA context, NCCL)\n",
+                       w.index, format_bytes(w.peak_allocated_bytes), format_bytes(w.reserved_bytes),
+                       w.expandable_segments ? "expandable segments" : "classic segments",
+                       w.allocator_retries > 0 ? fmt::format(" after releasing its cache {} times", w.allocator_retries)
+                                               : "",
+                       format_bytes(w.peak_bytes - w.reserved_bytes));
+  }
   out += p.fits ? "The plan fits.\n" : "The plan does NOT fit.\n";
   const auto& t = pred.time;
   out += fmt::format("\n{:>5} {:>12} {:>12} {:>12}\n", "stage", "forward", "backward", "first/last");

@@ -121,7 +121,8 @@ Json stats_json(const tuner::TuneStats& s) {
           {"programs_compiled", s.programs_compiled},
           {"milp_solves", s.milp_solves},
           {"milp_time_limits", s.milp_time_limits},
-          {"engine_adjusted", s.engine_adjusted}};  // no wall-clock time: --json depends on the input only
+          {"engine_adjusted", s.engine_adjusted},
+          {"rejected_by_allocator", s.rejected_by_allocator}};  // no wall-clock time: --json depends on the input only
 }
 
 int tune(const TuneArgs& a, std::string& out, std::string& err) {

@@ -30,6 +30,10 @@ const char* term_description(const std::string& t) {
   if (t == "peak") return "activations of one block at their peak (activations + activation_transient)";
   if (t == "forward_peak") return "liveness: input + most bytes live during the forward";
   if (t == "backward_peak") return "liveness: most bytes live during the backward";
+  if (t == "reserved")
+    return "caching allocator's reserved peak: mist's allocation sequence of the layer vs the recorded one, replayed";
+  if (t == "reserved_expandable") return "the same with expandable segments";
+  if (t == "allocated_replay") return "allocated peak of the two replays";
   if (t == "block_time") return "forward+backward wall time of the layer, predicted from its ops' profile";
   return "";
 }

@@ -84,6 +84,13 @@ struct Pass {
   int64_t saved = 0, fwd_peak = 0, bwd_peak = 0, scratch_peak = 0;
   double fwd_s = 0, bwd_s = 0;
   double output_sumsq = 0, input_grad_sumsq = 0;
+  bool output_freed = false;
+};
+
+// The allocation sequence of a recorded pass (tracking_allocator.hpp).
+struct Recording {
+  std::vector<RecordedEvent> events;
+  size_t backward_begin = 0;  // index of the backward's first event
 };
 
 double sumsq(const at::Tensor& t) {
@@ -91,34 +98,49 @@ double sumsq(const at::Tensor& t) {
   return t.to(at::kDouble).pow(2).sum().item<double>();
 }
 
-// One micro-batch; byte counts are relative to the live bytes before it, plus the input.
-Pass run_pass(LayerBase& blk, at::Tensor& x, const at::Tensor& grad_source) {
+// One micro-batch; byte counts are relative to the live bytes before it, plus the input. With
+// `rec`, records the activation allocations over the window of the peaks.
+Pass run_pass(LayerBase& blk, at::Tensor& x, const at::Tensor& grad_source, Recording* rec = nullptr) {
   Pass p;
   if (x.requires_grad()) x.mutable_grad().reset();  // the input's gradient is handed upstream
   const int64_t x_bytes = static_cast<int64_t>(x.nbytes());
   const int64_t base = live();
   p.base = base - x_bytes;
   reset_peaks();
+  if (rec) start_recording();
   double t0 = ops::clock_seconds();
   auto out = blk.forward(x);
   p.fwd_s = ops::clock_seconds() - t0;
   p.fwd_peak = peak_activation_bytes() - base + x_bytes;
   p.saved = live() - base - static_cast<int64_t>(out.nbytes()) + x_bytes;
   int64_t scratch = peak_scratch_bytes();
-  p.output_sumsq = sumsq(out);
-  // The gradient of the output enters through a scalar (out·g).sum(), so that only the graph
-  // holds it, as when the next block's backward produces it; the output itself is then freed
-  // (it is the next block's saved input, counted there).
-  auto loss = (out * grad_source).sum();
-  out.reset();
-  auto one = at::ones({}, loss.options());
+  at::Tensor loss;
+  {
+    // Bookkeeping, not the layer's activations: left out of the recording as out of the peaks.
+    ScopedRecordingPause pause;
+    p.output_sumsq = sumsq(out);
+    // The gradient of the output enters through a scalar (out·g).sum(), so that only the graph
+    // holds it, as when the next block's backward produces it; the output itself is then freed
+    // (it is the next block's saved input, counted there).
+    loss = (out * grad_source).sum();
+  }
+  const int64_t before_free = live();
+  out.reset();  // recorded: the output's free, when nothing else holds it
+  p.output_freed = live() < before_free;
+  at::Tensor one;
+  {
+    ScopedRecordingPause pause;
+    one = at::ones({}, loss.options());
+  }
   // The scalar loss and its unit gradient stay live through the backward: bookkeeping, not
   // activations.
   const int64_t bookkeeping = static_cast<int64_t>(loss.nbytes() + one.nbytes());
   reset_peaks();
+  if (rec) rec->backward_begin = recorded_events();
   t0 = ops::clock_seconds();
   torch::autograd::backward({loss}, {one});
   p.bwd_s = ops::clock_seconds() - t0;
+  if (rec) rec->events = stop_recording();
   p.bwd_peak = peak_activation_bytes() - base + x_bytes - bookkeeping;
   p.scratch_peak = std::max(scratch, peak_scratch_bytes());
   if (x.requires_grad()) p.input_grad_sumsq = sumsq(x.grad());
@@ -150,12 +172,20 @@ Result<BlockMeasurement> measure(const BlockRun& r) {
   // primitive caches); the last one is measured and records the op order.
   std::vector<ops::OpSample> samples;
   Pass pass;
+  Recording rec;
   for (int i = 0; i < r.micro_batches; ++i) {
     const bool last = i + 1 == r.micro_batches;
     if (last) ops::set_op_sink(&samples);
-    pass = run_pass(blk, x, grad_source);
+    pass = run_pass(blk, x, grad_source, last ? &rec : nullptr);
     ops::set_op_sink(nullptr);
   }
+  using allocator::Event;
+  M.recorded.reserve(rec.events.size() + 1);
+  M.recorded.push_back({Event::Kind::kAlloc, 0, M.input_bytes, 0});  // the input, made before the window
+  for (const auto& e : rec.events)
+    M.recorded.push_back({e.alloc ? Event::Kind::kAlloc : Event::Kind::kFree, e.id, e.alloc ? e.bytes : 0, 0});
+  M.recorded_backward_begin = rec.backward_begin + 1;
+  M.output_freed = pass.output_freed;
   M.saved_bytes = pass.saved;
   M.forward_peak_bytes = pass.fwd_peak;
   M.backward_peak_bytes = pass.bwd_peak;
@@ -295,6 +325,7 @@ Result<BlockMeasurement> measure_block(const BlockRun& r) {
     return measure(r);
   } catch (const std::exception& e) {
     ops::set_op_sink(nullptr);
+    if (recording()) stop_recording();
     return fail("executor", std::string("LibTorch failed: ") + e.what());
   }
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator/caching_allocator.hpp"
 #include "core/result.hpp"
 #include "graph/layer.hpp"
 #include "spec/model.hpp"
@@ -76,6 +77,18 @@ struct BlockMeasurement {
     int64_t live_bytes = 0, peak_bytes = 0;
   };
   std::vector<Step> trace;
+  // The measured micro-batch's allocations and frees of activations (the class the peaks count),
+  // in the order LibTorch made them, over the window of the peaks: first an allocation of the
+  // input (id 0, made before the window), then the forward, the free of the output when nothing
+  // else holds it (output_freed), and from index recorded_backward_begin the backward, whose first
+  // allocation is the output's gradient. The scalar loss, its product with the gradient source
+  // and its unit gradient are left out, as the peaks leave them out. Stream 0; ids > 0 are unique
+  // per allocation.
+  // Replayed through allocator::replay, its requested-bytes peak is peak_bytes() (that of the
+  // events before recorded_backward_begin, forward_peak_bytes).
+  std::vector<allocator::Event> recorded;
+  size_t recorded_backward_begin = 0;
+  bool output_freed = false;  // the output's storage was freed between the forward and the backward
   std::vector<OpTime> times;             // per op and phase, then "block" forward/backward
   bool step_ok = false;                  // the AdamW step ran and left finite weights
   // Numerics of the measured micro-batch, to check that runs which must agree do (recompute

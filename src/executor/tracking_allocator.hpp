@@ -9,7 +9,9 @@
 // of a kernel allocate under the class of the call they serve.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace mist::executor {
 
@@ -21,6 +23,11 @@ inline constexpr int kAllocClasses = 3;
 void install_tracking_allocator();
 bool tracking_allocator_installed();
 
+// A block from LibTorch's CPU allocator (the tracking one once installed), as a tensor's storage
+// gets it, and its release: for tests and tools that do not include LibTorch's headers.
+void* cpu_allocate(size_t bytes);
+void cpu_free(void* data);
+
 int64_t live_bytes(AllocClass c);
 // Running maximum of live kActivation bytes since the last reset_peaks().
 int64_t peak_activation_bytes();
@@ -31,6 +38,40 @@ void reset_peaks();
 // A second running maximum of live kActivation bytes, reset on its own (per-op traces).
 int64_t window_peak_bytes();
 void reset_window_peak();
+
+// The sequence of kActivation allocations and frees, in the order the allocator saw them (the
+// classes mist models as something else, kWorkspace and kWeightGrad, are left out, as in the
+// peaks). Each allocation gets an id of its own, kept in its block's header, so a pointer that
+// malloc hands out again after a free gets a new id. Frees of blocks allocated before
+// start_recording() (or while paused) are not recorded. Recording is process-wide, like the
+// class; OpenMP workers record under the driving thread's class (a mutex orders them). With no
+// recording on, allocate and free pay one relaxed atomic load.
+struct RecordedEvent {
+  bool alloc = true;
+  int64_t id = 0;     // > 0, unique per allocation since the process started
+  int64_t bytes = 0;  // the allocation's size (also on its free)
+};
+// Starts a new recording (drops whatever an unfinished one had).
+void start_recording();
+// Ends it and returns its events.
+std::vector<RecordedEvent> stop_recording();
+bool recording();
+// Events recorded so far by the current recording (a mark to split it into phases).
+size_t recorded_events();
+// While one lives, nothing is recorded: allocations made then are untracked (as if made before
+// the recording), frees of recorded blocks are dropped. Restores the previous state on exit,
+// unless the recording was stopped or restarted meanwhile.
+class ScopedRecordingPause {
+ public:
+  ScopedRecordingPause();
+  ~ScopedRecordingPause();
+  ScopedRecordingPause(const ScopedRecordingPause&) = delete;
+  ScopedRecordingPause& operator=(const ScopedRecordingPause&) = delete;
+
+ private:
+  bool was_on_ = false;
+  int64_t generation_ = 0;
+};
 
 // Tags allocations made while it lives (restores the previous class on exit).
 class ScopedAllocClass {

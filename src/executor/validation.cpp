@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
+#include <map>
 
 #include <unistd.h>
 
@@ -22,6 +24,13 @@ using spec::Dtype;
 using CM = CheckpointMode;
 
 constexpr double kActivationBound = 0.02;  // issue 4: saved and peak within 2%
+// The caching allocator's reserved peak of mist's allocation sequence against that of the
+// sequence recorded on this CPU, both replayed with the default options (docs/validation.md,
+// "Reserved memory"). Reserved memory moves in segments of 2 MiB (small pool) or 2 to 20 MiB
+// (large pool): 2% lets one 2 MiB segment pass above 100 MiB and no difference of a 20 MiB one
+// below 1 GiB; the sweep's cases agree exactly once the known gap out-of-place-accumulation is
+// accounted for.
+constexpr double kReservedBound = 0.02;
 // Issue 4: a block's forward+backward time predicted from the per-op profile within 15% of the
 // measured one, as the median over the sweep. Each layer is also bounded on its own, loosely: the
 // op times and the block time are measured in separate passes on a machine other jobs share, so
@@ -124,6 +133,7 @@ TermCheck check(const char* term, double predicted, double measured, double boun
 //   One or two block outputs more than activations + activation_transient count;
 // - selective-forward: under selective recompute the model bounds the forward by the forward
 //   peak without recompute; the backward peak (liveness) is what the block reaches.
+// (The reserved term's gap, out-of-place-accumulation, is checked where the term is computed.)
 void explain_gaps(const BlockRun& r, const BlockMeasurement& m, const BlockPrediction& p, TermCheck& t) {
   if (t.ok || t.term != "peak") return;
   if (r.checkpoint == CM::kFull) {
@@ -244,6 +254,20 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
     if (!v) return fail(std::string("prediction.") + what, v.error().to_string());
     return *v;
   };
+  {
+    const auto& layer = r.layer == graph::LayerKind::kBlock       ? lm.block
+                        : r.layer == graph::LayerKind::kEmbedding ? lm.embedding
+                                                                  : lm.head;
+    const auto& a = r.layer == graph::LayerKind::kBlock       ? M.block
+                    : r.layer == graph::LayerKind::kEmbedding ? M.embedding
+                                                              : M.head;
+    const auto mode = r.checkpoint == CM::kFull        ? graph::TraceMode::kFull
+                      : r.checkpoint == CM::kSelective ? graph::TraceMode::kSelective
+                                                       : graph::TraceMode::kSaveAll;
+    out.trace = graph::trace_layer(layer, k, mode);
+    MIST_TRY(out.input_bytes, eval(a.input, "input"));
+    MIST_TRY(out.output_bytes, eval(a.output, "output"));
+  }
   if (r.layer != graph::LayerKind::kBlock) {
     // The embedding's and the head's share of the memory model: A + X = max(forward, backward)
     // peak of the layer (X_emb, X_head in analysis/memory_model.cpp).
@@ -262,6 +286,78 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   MIST_TRY(out.forward_peak, eval(M.block.input + M.block.fwd_peak, "forward_peak"));
   MIST_TRY(out.backward_peak,
            eval(r.checkpoint == CM::kSelective ? M.block.bwd_peak_selective : M.block.bwd_peak, "backward_peak"));
+  return out;
+}
+
+std::vector<allocator::Event> predicted_allocation_sequence(const BlockPrediction& p, bool free_output,
+                                                            size_t* backward_begin) {
+  using allocator::Event;
+  const auto& t = p.trace;
+  std::vector<Event> out;
+  std::map<int, int64_t> ids;  // live keys of the layer trace -> sequence ids
+  int64_t next = 1;
+  auto alloc = [&](int key, double bytes) {
+    const int64_t id = key == t.input_key ? 0 : next++;
+    ids[key] = id;
+    out.push_back({Event::Kind::kAlloc, id, static_cast<int64_t>(std::llround(bytes)), 0});
+  };
+  auto release = [&](int key) {
+    if (key == t.input_key) return;  // held by the executor's caller
+    auto it = ids.find(key);
+    if (it == ids.end()) return;
+    out.push_back({Event::Kind::kFree, it->second, 0, 0});
+    ids.erase(it);
+  };
+  auto run = [&](const std::vector<graph::LayerTrace::Event>& events) {
+    for (const auto& e : events) e.alloc ? alloc(e.key, e.bytes) : release(e.key);
+  };
+  alloc(t.input_key, p.input_bytes);
+  run(t.forward);
+  if (free_output) release(t.output_key);
+  if (backward_begin) *backward_begin = out.size();
+  alloc(t.output_grad_key, p.output_bytes);
+  run(t.backward);
+  return out;
+}
+
+std::vector<allocator::Event> accumulate_in_place(const std::vector<allocator::Event>& recorded, size_t backward_begin,
+                                                  int* rewritten) {
+  using allocator::Event;
+  using K = Event::Kind;
+  std::map<int64_t, int64_t> bytes;  // id -> size
+  std::map<int64_t, size_t> made;    // id -> index of its allocation
+  for (size_t i = 0; i < recorded.size(); ++i)
+    if (recorded[i].kind == K::kAlloc) bytes[recorded[i].id] = recorded[i].bytes, made[recorded[i].id] = i;
+  auto size_of = [&](int64_t id) {
+    auto it = bytes.find(id);
+    return it == bytes.end() ? int64_t{-1} : it->second;
+  };
+  std::vector<bool> drop(recorded.size(), false);
+  std::map<int64_t, int64_t> alias;  // S -> A
+  int n = 0;
+  for (size_t i = std::max<size_t>(backward_begin, 1); i + 2 < recorded.size(); ++i) {
+    const Event &S = recorded[i], &A = recorded[i + 1], &B = recorded[i + 2];
+    if (S.kind != K::kAlloc || A.kind != K::kFree || B.kind != K::kFree || S.bytes <= 0) continue;
+    if (size_of(A.id) != S.bytes || size_of(B.id) != S.bytes) continue;
+    size_t j = i;
+    while (j > 0 && recorded[j - 1].kind == K::kFree) --j;
+    if (j == 0 || recorded[j - 1].id != B.id) continue;  // B: the last allocation before S
+    const size_t a = made.at(A.id);
+    if (a >= j - 1 || a < backward_begin) continue;  // A: older, made in the backward
+    drop[i] = drop[i + 1] = true;
+    alias[S.id] = A.id;
+    ++n;
+    i += 2;
+  }
+  std::vector<Event> out;
+  out.reserve(recorded.size());
+  for (size_t i = 0; i < recorded.size(); ++i) {
+    if (drop[i]) continue;
+    Event e = recorded[i];
+    for (auto it = alias.find(e.id); it != alias.end(); it = alias.find(e.id)) e.id = it->second;
+    out.push_back(e);
+  }
+  if (rewritten) *rewritten = n;
   return out;
 }
 
@@ -311,6 +407,7 @@ Result<ValidationReport> run_validation(const ValidationOptions& o) {
   ValidationReport rep;
   const std::string source = profile_source(o.threads, o.thread_cpu_clock && o.threads == 1), date = today();
   for (auto c : validation_sweep(o.quick)) {
+    if (!o.only.empty() && c.name.find(o.only) == std::string::npos) continue;
     // Op times and the layer's own time come from separate passes (executor.hpp).
     c.run.timing_reps = o.timing_reps;
     c.run.block_timing_reps = o.timing_reps;
@@ -340,6 +437,33 @@ Result<ValidationReport> run_validation(const ValidationOptions& o) {
         check("block_time", cr.time.forward + cr.time.backward, cr.measured_forward_s + cr.measured_backward_s,
               kTimeCaseBound),
     };
+    // The caching allocator over mist's sequence and over the recorded one (docs/validation.md,
+    // "Reserved memory"): the reserved peaks (classic and expandable segments) and, as a check
+    // of the sequences' contents, the allocated peaks.
+    {
+      const auto mist_seq = predicted_allocation_sequence(P, M.output_freed);
+      allocator::Options classic, expandable;
+      expandable.expandable_segments = true;
+      const auto pc = allocator::replay(mist_seq, classic), mc = allocator::replay(M.recorded, classic);
+      const auto pe = allocator::replay(mist_seq, expandable), me = allocator::replay(M.recorded, expandable);
+      const auto d = [](int64_t v) { return static_cast<double>(v); };
+      TermCheck extra[] = {
+          check("reserved", d(pc.reserved_bytes.peak), d(mc.reserved_bytes.peak), kReservedBound),
+          check("reserved_expandable", d(pe.reserved_bytes.peak), d(me.reserved_bytes.peak), -1),
+          check("allocated_replay", d(pc.allocated_bytes.peak), d(mc.allocated_bytes.peak), -1),
+      };
+      // Known gap out-of-place-accumulation (docs/validation.md): LibTorch 1.13 on this CPU adds
+      // a tensor's two gradients into a new buffer, where PyTorch 2 (and the liveness walk) adds
+      // in place; named only when the recorded sequence rewritten that way accounts for the
+      // whole difference.
+      auto& reserved = extra[0];
+      if (!reserved.ok) {
+        const auto rewritten = accumulate_in_place(M.recorded, M.recorded_backward_begin);
+        const double e = relative(reserved.predicted, d(allocator::replay(rewritten, classic).reserved_bytes.peak));
+        if (std::abs(e) <= reserved.bound) reserved.gap = "out-of-place-accumulation", reserved.error_with_gap = e;
+      }
+      cr.terms.insert(cr.terms.end() - 1, std::begin(extra), std::end(extra));
+    }
     for (auto& t : cr.terms) explain_gaps(c.run, M, P, t);
     cr.c = std::move(c);
     if (o.on_case) o.on_case(cr);

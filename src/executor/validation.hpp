@@ -5,15 +5,20 @@
 // Terms and bounds (docs/validation.md): weights, gradients and optimizer_states must match
 // exactly; saved (the activations a block keeps for backward, selective- and full-recompute
 // aware) and peak (its activations at their peak: the memory model's activations +
-// activation_transient for a one-block stage) within 2%.
+// activation_transient for a one-block stage) within 2%; reserved (the caching allocator's
+// reserved peak, allocator::replay of mist's allocation sequence against the replay of the
+// sequence the executor recorded) within 2%, reserved_expandable and allocated_replay (the same
+// replays with expandable segments, and their allocated peaks) reported.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "allocator/caching_allocator.hpp"
 #include "core/result.hpp"
 #include "executor/executor.hpp"
+#include "graph/liveness.hpp"
 #include "profile/database.hpp"
 #include "profile/op_source.hpp"
 
@@ -34,8 +39,31 @@ struct BlockPrediction {
                      // embedding and head their share, max(forward, backward peak)
   double forward_peak = 0, backward_peak = 0;  // liveness: A_in + forward peak, backward peak
   double weights = 0, gradients = 0, optimizer_states = 0;
+  // mist's allocation sequence of the layer for one micro-batch (graph::trace_layer on the same
+  // lowered layer and bindings, with the run's recompute), and the bytes of its input and output.
+  graph::LayerTrace trace;
+  double input_bytes = 0, output_bytes = 0;
 };
 Result<BlockPrediction> predict_block(const BlockRun& r);
+
+// mist's sequence over the window the executor records (BlockMeasurement::recorded): the input
+// allocated (id 0), the forward's events, the output freed after the forward when `free_output`
+// (the executor freed it), the output's gradient allocated, the backward's events. Frees of the
+// input are left out: the executor's caller holds it through the pass. `backward_begin` (if
+// given) receives the index of the output gradient's allocation.
+std::vector<allocator::Event> predicted_allocation_sequence(const BlockPrediction& p, bool free_output,
+                                                            size_t* backward_begin = nullptr);
+
+// A recorded sequence with the out-of-place gradient accumulation of the executor's LibTorch
+// (1.13: InputBuffer adds two gradients of a tensor into a new buffer, then frees both) rewritten
+// as PyTorch >= 2.0 accumulates (into the first gradient in place when it holds the only
+// reference, pytorch/pytorch#88339), which the liveness walk models. Found in the backward (from
+// `backward_begin`) as an allocation S immediately followed by the frees of two blocks A then B of
+// S's size, B being the last allocation before S (only frees between: the producing node
+// releasing its output gradient and saved tensors) and A an older one of the backward; S is
+// dropped, A's free dropped, and S's later events become A's. `rewritten` (if given): how many.
+std::vector<allocator::Event> accumulate_in_place(const std::vector<allocator::Event>& recorded, size_t backward_begin,
+                                                  int* rewritten = nullptr);
 
 // A layer's forward and backward time predicted from per-op profile rows through the time model
 // (StageTimer on this CPU, the rows as its profile), recompute included.
@@ -93,6 +121,7 @@ struct ValidationOptions {
   // time: the machine CI and the developers share runs other builds at the same time.
   bool thread_cpu_clock = true;
   std::function<void(const CaseResult&)> on_case;  // progress, called after each case
+  std::string only;  // run only the cases whose name contains it (empty: all)
 };
 
 Result<ValidationReport> run_validation(const ValidationOptions& o);

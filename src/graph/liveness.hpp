@@ -3,6 +3,8 @@
 // producer's backward has run). Views share their base's storage.
 #pragma once
 
+#include <vector>
+
 #include "graph/layer.hpp"
 
 namespace mist::graph {
@@ -26,5 +28,34 @@ struct LayerActivations {
 // `dims` binds shape symbols (s, h, ...) before the peaks are maximised, so that max() can drop
 // dominated steps; pass {} to keep every symbol free.
 LayerActivations analyze_activations(const Layer& layer, const sym::Bindings& dims);
+
+}  // namespace mist::graph
+
+namespace mist::graph {
+
+// The allocations and frees of one layer for one micro-batch, in the order the liveness walk makes
+// them, with every size bound: what a caching allocator sees (analysis/allocation_trace.hpp).
+enum class TraceMode {
+  kSaveAll,    // no recompute: the forward keeps what its ops save
+  kSelective,  // the layer's SelectivePolicy
+  kFull,       // a fully recomputed layer: the forward keeps its input, the backward replays it
+};
+
+struct LayerTrace {
+  struct Event {
+    bool alloc = true;
+    int key = 0;       // a storage of this layer (see the keys below)
+    double bytes = 0;  // of an allocation
+  };
+  std::vector<Event> forward, backward;
+  // Keys shared with the neighbouring layers: the input storage (made upstream: the forward frees it
+  // when it keeps no reference), the output storage (passed downstream), the output's gradient
+  // (made downstream; the backward frees it) and the input's gradient (passed upstream; -1: none).
+  int input_key = -1, output_key = -1, output_grad_key = -1, input_grad_key = -1;
+  double saved_bytes = 0;  // what the forward leaves allocated besides its output
+};
+
+// `all` binds every symbol of the layer's sizes (shape symbols, b, t).
+LayerTrace trace_layer(const Layer& layer, const sym::Bindings& all, TraceMode mode);
 
 }  // namespace mist::graph

@@ -175,21 +175,31 @@ std::optional<Candidate> near_miss(const plan::Plan& layout, const std::vector<P
 
 // Every returned plan carries exactly what `mist predict` says of it; the closed form is exact for
 // most pipelines but not all (docs/simulation.md), so the simulation settles the order of the few best.
-Result<void> predict_best(const analysis::PreparedJob& job, const TuneOptions& options, std::vector<Candidate>& best) {
-  for (auto& cand : best) {
+// The search judges memory on the memory model's allocator estimate, the prediction on the
+// allocator's replay (analysis/reserved_memory.hpp): a plan the replay finds too large is set aside
+// (`rejected`) and the next one taken, up to `top` plans.
+constexpr size_t kMaxRejected = 8;
+Result<void> predict_best(const analysis::PreparedJob& job, const TuneOptions& options, size_t top,
+                          std::vector<Candidate>& found, std::vector<Candidate>& rejected) {
+  std::vector<Candidate> best;
+  for (auto& cand : found) {
+    // Past a few rejections the estimate is off for the whole job: the closest of them is reported.
+    if (best.size() >= top || rejected.size() >= kMaxRejected) break;
     MIST_TRY(cand.prediction, analysis::predict(job, cand.plan));
     cand.iteration_time_s = cand.prediction.time.iteration_time_s;
     for (const auto& s : cand.prediction.memory.stages)
       cand.peak_memory_bytes = std::max(cand.peak_memory_bytes, s.peak_bytes);
-    if (options.rerank_by_simulation) {
-      const auto& pred = cand.prediction;
-      MIST_TRY(auto sim, sim::simulate(analysis::pipeline_job(cand.plan, pred.time, pred.memory)));
-      cand.simulated_time_s = sim.makespan;
-    }
+    (cand.prediction.memory.fits ? best : rejected).push_back(std::move(cand));
   }
-  if (options.rerank_by_simulation)
-    std::stable_sort(best.begin(), best.end(),
-                     [](const Candidate& a, const Candidate& b) { return a.simulated_time_s < b.simulated_time_s; });
+  found = std::move(best);
+  if (!options.rerank_by_simulation) return {};
+  for (auto& cand : found) {
+    const auto& pred = cand.prediction;
+    MIST_TRY(auto sim, sim::simulate(analysis::pipeline_job(cand.plan, pred.time, pred.memory)));
+    cand.simulated_time_s = sim.makespan;
+  }
+  std::stable_sort(found.begin(), found.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.simulated_time_s < b.simulated_time_s; });
   return {};
 }
 
@@ -206,11 +216,10 @@ void describe_closest(const analysis::PreparedJob& job, Candidate& closest) {
   closest.prediction = std::move(*pred);
 }
 
-}  // namespace
-
-Result<TuneResult> tune(const analysis::PreparedJob& job, const TuneOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  MIST_CHECK(check_engine_training(job, options));
+// One search of every layout with `job`'s memory budget; the plans found are predicted, and judged,
+// with `judge` (the same job, perhaps with less headroom: see tune).
+Result<TuneResult> search(const analysis::PreparedJob& judge, const analysis::PreparedJob& job,
+                          const TuneOptions& options, std::vector<Candidate>& rejected) {
   MemoryPrograms programs(job);
   MIST_TRY(auto work, cost_layouts(job, options, programs));
 
@@ -251,11 +260,59 @@ Result<TuneResult> tune(const analysis::PreparedJob& job, const TuneOptions& opt
 
   std::stable_sort(found.begin(), found.end(),
                    [](const Candidate& a, const Candidate& b) { return a.iteration_time_s < b.iteration_time_s; });
-  if (found.size() > top) found.resize(top);
-  MIST_CHECK(predict_best(job, options, found));
-  if (result.closest && found.empty()) describe_closest(job, *result.closest);
+  MIST_CHECK(predict_best(judge, options, top, found, rejected));
+  result.stats.rejected_by_allocator = static_cast<int64_t>(rejected.size());
+  if (found.empty() && !rejected.empty()) {
+    result.closest = *std::min_element(rejected.begin(), rejected.end(), [](const Candidate& a, const Candidate& b) {
+      return a.peak_memory_bytes < b.peak_memory_bytes;
+    });
+  }
+  if (result.closest && found.empty()) describe_closest(judge, *result.closest);
   result.best = std::move(found);
   result.stats.programs_compiled = programs.compiled();
+  return result;
+}
+
+}  // namespace
+
+Result<TuneResult> tune(const analysis::PreparedJob& job, const TuneOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  MIST_CHECK(check_engine_training(job, options));
+  // The search prices memory with the memory model's allocator estimate; the plans it returns are
+  // judged on the allocator's replay (analysis/reserved_memory.hpp). When the replay rejects plans
+  // and fewer than `top` remain, the search runs again with the largest gap it saw between estimate
+  // and replay left free (up to kRounds searches), and the fitting plans of every round are merged.
+  constexpr int kRounds = 3;
+  const size_t top = static_cast<size_t>(std::max(1, options.top));
+  analysis::PreparedJob searched = job;
+  TuneResult result;
+  std::vector<Candidate> kept;
+  int64_t rejected_total = 0;
+  for (int round = 0;; ++round) {
+    std::vector<Candidate> rejected;
+    MIST_TRY(result, search(job, searched, options, rejected));
+    rejected_total += static_cast<int64_t>(rejected.size());
+    for (auto& c : result.best)
+      if (std::none_of(kept.begin(), kept.end(), [&](const Candidate& k) { return k.plan == c.plan; }))
+        kept.push_back(std::move(c));
+    if (kept.size() >= top || rejected.empty() || round + 1 == kRounds) break;
+    // The budget that would have kept each rejected plan's replayed peak within the usable memory.
+    double gap = 0;
+    for (const auto& c : rejected)
+      for (const auto& s : c.prediction.memory.stages)
+        if (!s.fits) gap = std::max(gap, s.peak_bytes - s.estimated_peak_bytes);
+    const double capacity = job.cluster().gpu.memory_bytes;
+    const double budget = std::min(searched.usable_memory_bytes(), job.usable_memory_bytes() - gap);
+    searched = searched.with_memory_headroom(std::min(0.9, 1 - budget / capacity + 0.001));
+  }
+  const bool by_simulation = options.rerank_by_simulation;
+  std::stable_sort(kept.begin(), kept.end(), [&](const Candidate& a, const Candidate& b) {
+    return by_simulation ? a.simulated_time_s < b.simulated_time_s : a.iteration_time_s < b.iteration_time_s;
+  });
+  if (kept.size() > top) kept.resize(top);
+  if (!kept.empty()) result.closest.reset();
+  result.best = std::move(kept);
+  result.stats.rejected_by_allocator = rejected_total;
   result.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -68,6 +68,9 @@ struct TuneStats {
   int64_t milp_time_limits = 0;   // MILP solves stopped by their time limit
   int64_t engine_adjusted = 0;    // layout bests moved to the engine's nearest expressible plan
   int64_t programs_compiled = 0;  // memory programs compiled (shared across layouts)
+  // Plans the search found fitting that the replay of PyTorch's caching allocator did not (their
+  // reserved peak, analysis/reserved_memory.hpp, is above the estimate the search uses).
+  int64_t rejected_by_allocator = 0;
   double seconds = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "executor/validation.hpp"
+#include "executor_jobs.hpp"
 #include "profile/csv_rows.hpp"
 #include "graph/lower.hpp"
 
@@ -16,40 +17,8 @@ namespace {
 using CM = CheckpointMode;
 using spec::Dtype;
 
-spec::ModelSpec model(const char* family, int64_t h, int64_t a, int64_t g) {
-  spec::ModelSpec m;
-  m.name = family;
-  m.family = family;
-  m.num_layers = 1;
-  m.hidden_size = h;
-  m.num_heads = a;
-  m.num_kv_heads = g;
-  m.ffn_hidden_size = 4 * h;
-  m.vocab_size = 512;
-  m.max_position_embeddings = 1024;
-  if (std::string(family) == "gpt") m.qkv_bias = m.linear_bias = true;
-  if (std::string(family) == "llama") {
-    m.norm = spec::Norm::kRmsNorm;
-    m.mlp = spec::Mlp::kSwiGlu;
-    m.ffn_hidden_size = 8 * h / 3;
-  }
-  if (std::string(family) != "gpt") m.positions = spec::Positions::kRotary;
-  if (std::string(family) == "falcon") m.parallel_block = true, m.norms_per_block = g == 1 ? 1 : 2;
-  return m;
-}
-
-BlockRun run(spec::ModelSpec m, int64_t s, int64_t b, Dtype dt, CM ck, bool flash, bool dropout = false) {
-  BlockRun r;
-  r.model = std::move(m);
-  r.seq_length = s;
-  r.micro_batch = b;
-  r.dtype = dt;
-  r.checkpoint = ck;
-  r.flash_attention = flash;
-  r.dropout = dropout;
-  r.threads = 1;
-  return r;
-}
+using testing::model;
+using testing::run;
 
 BlockRun layer(graph::LayerKind kind, spec::ModelSpec m, Dtype dt, bool dropout = false) {
   m.tie_word_embeddings = false;

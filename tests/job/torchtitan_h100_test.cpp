@@ -54,11 +54,15 @@ TEST(TorchtitanH100, EagerFsdpRowsWithoutAFitOfTheirOwn) {
     const double tps = p->time.tokens_per_s / static_cast<double>(r.gpus);
     // 2026-12-01: +6.5% (8 GPUs), +5.4% (128); the target is 8%.
     EXPECT_LT(std::fabs(tps / r.tokens_per_s - 1), 0.08) << r.gpus << " GPUs: " << tps << " tokens/s";
-    // The allocated peak lies below what the allocator reserved, by less than the fragmentation a
-    // caching allocator leaves (reserved memory is not modelled yet): -3.5% and -5.6% today.
-    const double gib = p->memory.stages.at(0).peak_bytes / (1024.0 * 1024 * 1024);
-    EXPECT_LT(gib, r.reserved_gib) << r.gpus << " GPUs";
-    EXPECT_GT(gib, 0.92 * r.reserved_gib) << r.gpus << " GPUs";
+    // The reserved peak (the caching allocator replayed on the iteration's allocations, expandable
+    // segments as torchtitan runs) within the 5% of the published max reserved: 2026-12-02
+    // +1.0% (8 GPUs), +2.4% (128). The allocated peak lies below it.
+    const auto& st = p->memory.stages.at(0);
+    EXPECT_TRUE(st.expandable_segments);
+    const double gib = st.reserved_bytes / (1024.0 * 1024 * 1024);
+    EXPECT_LT(std::fabs(gib / r.reserved_gib - 1), 0.05) << r.gpus << " GPUs: " << gib << " GiB";
+    EXPECT_LT(st.peak_allocated_bytes, st.reserved_bytes) << r.gpus << " GPUs";
+    EXPECT_GT(st.peak_bytes, st.reserved_bytes) << r.gpus << " GPUs: the context and NCCL come on top";
     EXPECT_EQ(p->calibration.kind, "stack");
   }
 }

@@ -1,0 +1,337 @@
+#include "analysis/allocation_trace.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "graph/liveness.hpp"
+#include "spec/training.hpp"
+
+namespace mist::analysis {
+
+namespace {
+
+using allocator::Event;
+
+// The trace being written: every allocation gets a fresh id.
+class Builder {
+ public:
+  int64_t alloc(double bytes, int stream = kComputeStream) {
+    const int64_t b = static_cast<int64_t>(std::llround(bytes));
+    if (b <= 0) return 0;
+    const int64_t id = next_++;
+    events_.push_back({Event::Kind::kAlloc, id, b, stream});
+    return id;
+  }
+  void free(int64_t& id) {
+    if (id > 0) events_.push_back({Event::Kind::kFree, id, 0, 0});
+    id = 0;
+  }
+  std::vector<Event> take() { return std::move(events_); }
+
+ private:
+  std::vector<Event> events_;
+  int64_t next_ = 1;
+};
+
+// One layer of one micro-batch: the layer trace's keys bound to trace ids, from its forward to the
+// end of its backward.
+struct Instance {
+  const graph::LayerTrace* trace = nullptr;
+  std::unordered_map<int, int64_t> ids;
+};
+
+void run(Builder& B, const std::vector<graph::LayerTrace::Event>& events, std::unordered_map<int, int64_t>& ids) {
+  for (const auto& e : events) {
+    if (e.alloc) {
+      ids[e.key] = B.alloc(e.bytes);
+      continue;
+    }
+    auto it = ids.find(e.key);
+    if (it == ids.end()) continue;
+    B.free(it->second);
+    ids.erase(it);
+  }
+}
+
+// Runs the forward; returns the output's id (now owned by the layer downstream).
+int64_t forward(Builder& B, Instance& in, int64_t input) {
+  in.ids[in.trace->input_key] = input;
+  run(B, in.trace->forward, in.ids);
+  auto it = in.ids.find(in.trace->output_key);
+  if (it == in.ids.end()) return 0;
+  const int64_t out = it->second;
+  in.ids.erase(it);
+  return out;
+}
+
+// Runs the backward; returns the input gradient's id (owned upstream). Frees what is left.
+int64_t backward(Builder& B, Instance& in, int64_t output_grad) {
+  in.ids[in.trace->output_grad_key] = output_grad;
+  run(B, in.trace->backward, in.ids);
+  int64_t grad = 0;
+  if (auto it = in.ids.find(in.trace->input_grad_key); in.trace->input_grad_key >= 0 && it != in.ids.end()) {
+    grad = it->second;
+    in.ids.erase(it);
+  }
+  for (auto& [k, id] : in.ids) B.free(id);
+  in.ids.clear();
+  return grad;
+}
+
+// A layer of the stage as the trace runs it.
+struct StageLayer {
+  const graph::LayerTrace* trace = nullptr;
+  double params = 0;               // parameters on one GPU (before ZeRO sharding)
+  std::vector<double> tensors;     // their split into parameter tensors (one per op holding any)
+};
+
+std::vector<double> param_tensors(const graph::Layer& L, const sym::Bindings& b) {
+  std::vector<double> v;
+  for (const auto& op : L.ops) {
+    const double n = sym::evaluate_or_zero(op.params, b);
+    if (n > 0) v.push_back(n);
+  }
+  return v;
+}
+
+double sum(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s;
+}
+
+// The schedule of a stage (Megatron's 1F1B, interleaved when v > 1): the order of its forward and
+// backward passes over (micro-batch, model chunk) units.
+struct Pass {
+  bool forward = true;
+  int64_t micro_batch = 0;
+  int64_t chunk = 0;
+};
+
+std::vector<Pass> one_f_one_b(int64_t pp, int64_t stage, int64_t v, int64_t micro_batches) {
+  const int64_t units = micro_batches * v;
+  const int64_t warmup =
+      v == 1 ? std::min(pp - stage - 1, micro_batches) : std::min((pp - stage - 1) * 2 + (v - 1) * pp, units);
+  auto unit = [&](int64_t k, bool fwd) {
+    const int64_t group = pp * v;
+    int64_t chunk = v == 1 ? 0 : (k / pp) % v;
+    if (!fwd) chunk = v - 1 - chunk;
+    const int64_t mb = v == 1 ? k : (k / group) * pp + k % pp;
+    return Pass{fwd, mb, chunk};
+  };
+  std::vector<Pass> order;
+  int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) order.push_back(unit(f, true));
+  while (f < units) {
+    order.push_back(unit(f++, true));
+    order.push_back(unit(b++, false));
+  }
+  while (b < units) order.push_back(unit(b++, false));
+  return order;
+}
+
+}  // namespace
+
+bool expandable_segments_by_default(spec::Engine engine) { return engine == spec::Engine::kTorchtitan; }
+
+Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const plan::Plan& p, int stage,
+                                               int iterations) {
+  MIST_TRY(const Lowering* lowering, job.lowering(p.sequence_parallel && p.tp > 1, p.recompute));
+  const graph::LoweredModel& lm = lowering->model;
+  const spec::TrainingSpec& tr = job.training();
+  const plan::StagePlan& st = p.stages.at(static_cast<size_t>(stage));
+  const bool first = stage == 0, last = stage + 1 == p.pp;
+  const bool torchtitan = job.engine() == spec::Engine::kTorchtitan;
+
+  sym::Bindings b = lm.dims;
+  b["b"] = static_cast<double>(p.micro_batch_size);
+  b["t"] = static_cast<double>(p.tp);
+
+  const graph::TraceMode block_mode =
+      p.recompute == plan::Recompute::kSelective ? graph::TraceMode::kSelective : graph::TraceMode::kSaveAll;
+  const graph::LayerTrace block = graph::trace_layer(lm.block, b, block_mode);
+  const graph::LayerTrace block_full = graph::trace_layer(lm.block, b, graph::TraceMode::kFull);
+  const graph::LayerTrace emb = graph::trace_layer(lm.embedding, b, graph::TraceMode::kSaveAll);
+  const graph::LayerTrace head = graph::trace_layer(lm.head, b, graph::TraceMode::kSaveAll);
+
+  // The stage's layers, split into its model chunks (interleaved 1F1B).
+  const int64_t v = std::max<int64_t>(1, p.virtual_pipeline_stages);
+  std::vector<std::vector<StageLayer>> chunks(static_cast<size_t>(v));
+  const auto blk_tensors = param_tensors(lm.block, b);
+  const int64_t l = st.num_layers;
+  for (int64_t c = 0; c < v; ++c) {
+    auto& ch = chunks[static_cast<size_t>(c)];
+    if (first && c == 0) ch.push_back({&emb, 0, param_tensors(lm.embedding, b)});
+    const int64_t from = l * c / v, to = l * (c + 1) / v;
+    for (int64_t j = from; j < to; ++j)
+      ch.push_back({j < st.ckpt_layers ? &block_full : &block, 0, blk_tensors});
+    if (last && c == v - 1) {
+      auto t = param_tensors(lm.head, b);
+      if (p.pp > 1 && job.model().tie_word_embeddings) t.push_back(sym::evaluate_or_zero(lm.tied_head_params, b));
+      ch.push_back({&head, 0, t});
+    }
+    for (auto& s : ch) s.params = sum(s.tensors);
+  }
+
+  const plan::ShardFactors z = plan::shard_factors(st.zero, p.dp);
+  const auto& off = st.offload;
+  const double wb = spec::dtype_bytes(tr.precision), gb = spec::dtype_bytes(tr.grad_dtype);
+  const double K = optimizer_bytes_per_param(tr);
+  const double master = tr.mixed_precision() ? 4.0 : 0.0;
+  const double w_per = wb * (1 - off.weights) / z.weights, g_per = gb * (1 - off.gradients) / z.gradients;
+  const double o_keep = (1 - off.optimizer_states) / z.optimizer_states;
+  const bool gathered = z.weights > 1 || off.weights > 0;  // weights gathered per layer
+  const bool reduced = z.gradients > 1 || off.gradients > 0;  // gradients reduce-scattered per layer
+
+  Builder B;
+  // Megatron-Core and DeepSpeed gather weights and reduce gradients through buffers they keep
+  // (DeepSpeed's ipg buckets and gathered partitions, Megatron's buckets): two of the largest
+  // layer's, made once, as the memory model counts them. torchtitan's FSDP2 allocates per layer.
+  const bool fsdp2 = torchtitan;
+  if (!fsdp2) {
+    double p_max = 0;
+    for (const auto& ch : chunks)
+      for (const auto& s : ch) p_max = std::max(p_max, s.params);
+    if (gathered) B.alloc(2 * wb * p_max);
+    if (reduced) B.alloc(2 * gb * p_max);
+  }
+  // Model state. torchtitan (FSDP2) keeps one sharded tensor per parameter; Megatron-Core and
+  // DeepSpeed keep flat buffers (Megatron's DDP grad buffer, the distributed optimizer's param
+  // buffer, DeepSpeed's flat partitions).
+  std::vector<double> all_tensors;
+  for (const auto& ch : chunks)
+    for (const auto& s : ch) all_tensors.insert(all_tensors.end(), s.tensors.begin(), s.tensors.end());
+  const double stage_params = sum(all_tensors);
+  if (torchtitan) {
+    for (double n : all_tensors) B.alloc(w_per * n);
+  } else {
+    B.alloc(w_per * stage_params);
+    B.alloc(g_per * stage_params);  // Megatron's grad buffer (ZeRO-2/3: the shard DeepSpeed keeps)
+  }
+  // The fp32 master copy: per parameter (Megatron's distributed optimizer shards each); DeepSpeed flat.
+  if (master > 0 && job.engine() != spec::Engine::kDeepSpeed)
+    for (double n : all_tensors) B.alloc(master * o_keep * n);
+  else if (master > 0)
+    B.alloc(master * o_keep * stage_params);
+  // cuBLAS and cuBLASLt workspaces (through the caching allocator since PyTorch 1.11).
+  B.alloc(job.cluster().gpu.blas_workspace_bytes);
+  B.alloc(job.cluster().gpu.blas_workspace_bytes);
+
+  // Per-layer gathers and gradient reduction (FSDP2's pattern, docs/memory-model.md): the gathered
+  // flat buffer lives on the all-gather stream until the next gather, each parameter's unsharded
+  // copy on the compute stream until the layer is done; the reduce-scatter input (the layer's
+  // gradients in grad_dtype) on the reduce-scatter stream until the next reduce-scatter.
+  int64_t gather_flat = 0, rs_input = 0;
+  auto unshard = [&](const StageLayer& s, std::vector<int64_t>& unsharded) {
+    if (!fsdp2 || !gathered || s.params <= 0) return;
+    int64_t flat = B.alloc(wb * s.params, kAllGatherStream);
+    B.free(gather_flat);
+    gather_flat = flat;
+    for (double n : s.tensors) unsharded.push_back(B.alloc(wb * n));
+  };
+  auto reshard = [&](std::vector<int64_t>& unsharded) {
+    for (auto& id : unsharded) B.free(id);
+    unsharded.clear();
+  };
+  // Sharded gradients made by the first backward of a layer (torchtitan: the reduce-scatter output;
+  // DeepSpeed/Megatron flat buffers were made up front).
+  std::vector<std::vector<int64_t>> grad_of(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) grad_of[c].assign(chunks[c].size(), 0);
+  auto reduce = [&](const StageLayer& s, int64_t& grad) {
+    if (s.params <= 0) return;
+    if (!reduced || !fsdp2) {
+      if (fsdp2 && grad == 0) grad = B.alloc(g_per * s.params);  // param.grad, first micro-batch
+      return;
+    }
+    // Weight gradients of the layer (unsharded, training precision), copied into the reduce input.
+    std::vector<int64_t> wgrads;
+    for (double n : s.tensors) wgrads.push_back(B.alloc(wb * n));
+    int64_t in = B.alloc(gb * s.params, kReduceScatterStream);
+    for (auto& id : wgrads) B.free(id);
+    if (grad == 0) {
+      grad = B.alloc(g_per * s.params, kReduceScatterStream);
+    } else {
+      int64_t out = B.alloc(g_per * s.params, kReduceScatterStream);
+      B.free(out);  // accumulated into the sharded gradient
+    }
+    B.free(rs_input);
+    rs_input = in;
+  };
+
+  const int64_t G = p.grad_accum_steps;
+  // The first micro-batches of the schedule: past its warm-up the pattern repeats.
+  const int64_t mbs = std::min<int64_t>(G, v == 1 ? p.pp - stage + 2 : 2 * p.pp);
+  const auto order = one_f_one_b(p.pp, stage, v, mbs);
+  const double tokens_bytes = 8.0 * p.micro_batch_size * tr.seq_length;
+  const double boundary_bytes = sym::evaluate_or_zero(lm.block.tensors[static_cast<size_t>(lm.block.input)].bytes, b);
+
+  std::vector<int64_t> optimizer_states;
+  for (int it = 0; it < iterations; ++it) {
+    // Live per (micro-batch, chunk): the layer instances between their forward and backward.
+    std::unordered_map<int64_t, std::vector<Instance>> live;
+    std::unordered_map<int64_t, int64_t> loss;
+    for (const Pass& pass : order) {
+      const auto& ch = chunks[static_cast<size_t>(pass.chunk)];
+      const int64_t key = pass.micro_batch * v + pass.chunk;
+      const bool has_emb = first && pass.chunk == 0, has_head = last && pass.chunk == v - 1;
+      if (pass.forward) {
+        auto& inst = live[key];
+        inst.resize(ch.size());
+        // The input: token ids, or the activation received from the previous stage.
+        int64_t x = B.alloc(has_emb ? tokens_bytes : boundary_bytes);
+        for (size_t j = 0; j < ch.size(); ++j) {
+          std::vector<int64_t> unsharded;
+          unshard(ch[j], unsharded);
+          inst[j].trace = ch[j].trace;
+          x = forward(B, inst[j], x);
+          // torchtitan keeps the last block gathered for the backward that follows at once.
+          reshard(unsharded);
+        }
+        if (has_head)
+          loss[key] = x;
+        else
+          B.free(x);  // sent to the next stage, then freed (Megatron's deallocate_output_tensor)
+        continue;
+      }
+      auto& inst = live[key];
+      int64_t dy = has_head ? B.alloc(4) : B.alloc(boundary_bytes);  // the loss's or the received gradient
+      for (size_t j = ch.size(); j-- > 0;) {
+        std::vector<int64_t> unsharded;
+        unshard(ch[j], unsharded);
+        dy = backward(B, inst[j], dy);
+        reshard(unsharded);
+        reduce(ch[j], grad_of[static_cast<size_t>(pass.chunk)][j]);
+      }
+      B.free(dy);  // sent to the previous stage (none from the embedding)
+      if (has_head) B.free(loss[key]);
+      live.erase(key);
+    }
+    B.free(gather_flat);
+    B.free(rs_input);
+    // The optimizer step: AdamW's moments (and SGD's momentum) are made by the first step, one per
+    // parameter tensor (a flat partition under DeepSpeed).
+    if (it == 0) {
+      const double states = K - master;
+      const int per = static_cast<int>(std::lround(states / 4));
+      for (int k = 0; k < per; ++k) {
+        if (job.engine() == spec::Engine::kDeepSpeed)
+          optimizer_states.push_back(B.alloc(4 * o_keep * stage_params));
+        else
+          for (double n : all_tensors) optimizer_states.push_back(B.alloc(4 * o_keep * n));
+      }
+    }
+    // torchtitan's optimizer.zero_grad() sets gradients to None: their memory returns to the cache.
+    if (torchtitan)
+      for (auto& g : grad_of)
+        for (auto& id : g) B.free(id);
+  }
+
+  AllocationTrace t;
+  t.events = B.take();
+  t.iterations = iterations;
+  t.micro_batches = mbs;
+  return t;
+}
+
+}  // namespace mist::analysis

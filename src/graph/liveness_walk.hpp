@@ -1,0 +1,329 @@
+// The liveness walk over one layer's forward and backward, shared by the symbolic peaks
+// (liveness.cpp) and the concrete allocation trace (layer_trace.cpp). Internal to graph/.
+#pragma once
+
+#include <map>
+#include <set>
+#include <vector>
+
+#include "graph/layer.hpp"
+
+namespace mist::graph::detail {
+
+// Receives the walk's allocations and frees when it runs with every symbol bound (layer_trace.cpp).
+// Keys: a tensor's storage is its id; gradient buffers and transients get keys of their own.
+class Recorder {
+ public:
+  virtual ~Recorder() = default;
+  virtual void alloc(int key, int tensor) = 0;             // a tensor's storage (bytes: the tensor's)
+  virtual void alloc_grad(int buffer, const Expr& bytes) = 0;  // a gradient buffer
+  virtual void free(int key) = 0;
+  virtual void free_grad(int buffer) = 0;
+  virtual void transient(const Expr& bytes) = 0;           // allocated and freed within one step
+  virtual void end_step() = 0;                             // frees the step's transients
+};
+
+// Gradient buffers during a backward walk, as PyTorch's autograd engine holds them:
+// - an op's backward allocates a fresh gradient for each input that requires one, except an add,
+//   whose inputs receive the output's gradient itself (AddBackward passes it through);
+// - a tensor read by several ops accumulates its gradients in one buffer: in place when that
+//   buffer is held by this tensor alone, else the fresh gradient takes over (InputBuffer::add);
+// - a view gets a gradient of its own size; the split's backward concatenates the views'
+//   gradients into a new buffer for their base.
+// Keys are tensor ids (a view has its own key; its base's key is the base's id).
+struct Grads {
+  Recorder* rec = nullptr;
+  std::map<int, int> of;     // tensor -> buffer
+  std::map<int, Expr> size;  // live buffer -> bytes
+  std::map<int, int> refs;   // live buffer -> tensors bound to it
+  int next = 0;
+
+  int alloc(const Expr& bytes) {
+    size[next] = bytes;
+    refs[next] = 0;
+    if (rec) rec->alloc_grad(next, bytes);
+    return next++;
+  }
+  bool has(int t) const { return of.count(t) > 0; }
+  int holders(int t) const { return refs.at(of.at(t)); }
+  void bind(int t, int buf) {
+    of[t] = buf;
+    ++refs[buf];
+  }
+  void unbind(int t) {
+    auto it = of.find(t);
+    if (it == of.end()) return;
+    if (--refs[it->second] == 0) {
+      if (rec) rec->free_grad(it->second);
+      size.erase(it->second), refs.erase(it->second);
+    }
+    of.erase(it);
+  }
+  std::vector<Expr> sizes() const {
+    std::vector<Expr> v;
+    for (const auto& [b, e] : size) v.push_back(e);
+    return v;
+  }
+};
+
+struct Walk {
+  const Layer& L;
+  const sym::Bindings& dims;
+  Recorder* rec = nullptr;  // set by layer_trace: every symbol of dims is then bound
+  mutable int input_grad_buffer = -1;  // after a backward walk: the buffer holding the input's gradient
+
+  bool is_view(int id) const { return L.tensors[id].view_of >= 0; }
+  int storage(int id) const { return is_view(id) ? L.tensors[id].view_of : id; }
+  // The tensor's own bytes (a view's size, not its base's).
+  Expr bytes(int id) const { return sym::substitute(L.tensors[id].bytes, dims); }
+  Expr total(const std::set<int>& storages) const {
+    std::vector<Expr> v;
+    for (int s : storages) v.push_back(bytes(s));
+    return sym::sum(v);
+  }
+
+  bool whole_layer_policy() const { return L.selective == SelectivePolicy::kSaveOddMatmuls; }
+
+  // Under torchtitan's op-level policy: the checkpoint's input and the outputs of the ops it keeps.
+  std::set<int> kept_outputs() const {
+    std::set<int> out;
+    for (const auto& op : L.ops)
+      if (!op.selective_recompute && op.kind != OpKind::kView)
+        for (int t : op.outputs)
+          if (!is_view(t)) out.insert(t);
+    return out;
+  }
+
+  std::set<int> saved_storages(bool selective) const {
+    if (selective && whole_layer_policy()) {
+      std::set<int> out = kept_outputs();
+      out.insert(storage(L.input));
+      return out;
+    }
+    std::set<int> out;
+    std::set<int> produced_by_core;
+    for (const auto& op : L.ops)
+      if (op.selective_recompute)
+        for (int t : op.outputs) produced_by_core.insert(storage(t));
+    for (const auto& op : L.ops) {
+      if (selective && op.selective_recompute) {
+        // The recomputed region keeps only its inputs from outside the region.
+        for (int t : op.inputs)
+          if (!produced_by_core.count(storage(t))) out.insert(storage(t));
+        continue;
+      }
+      for (int t : op.saved) out.insert(storage(t));
+    }
+    return out;
+  }
+
+  // Live bytes at each op of a forward over ops [first, last]: outputs are allocated, tensors are
+  // freed after their last reader unless saved (or the region's output). `base` is what is live
+  // besides (the region replay of a selective recompute adds the backward state there).
+  // `cached`: outputs a replay finds already computed (torchtitan's policy keeps them from the
+  // forward): live from the start, their ops do not run again.
+  void forward_steps(int first, int last, const std::set<int>& saved, int output, const Expr& base,
+                     std::vector<Expr>& steps, std::set<int>* kept = nullptr,
+                     const std::set<int>& cached = {}) const {
+    std::map<int, int> last_use;
+    for (int i = first; i <= last; ++i)
+      for (int t : L.ops[i].inputs) last_use[storage(t)] = i;
+    std::set<int> live = cached;
+    for (int i = first; i <= last; ++i) {
+      const Op& op = L.ops[i];
+      bool runs = false;
+      for (int t : op.outputs)
+        if (!is_view(t)) {
+          runs |= !cached.count(t);
+          if (live.insert(t).second && rec) rec->alloc(t, t);
+        }
+      std::set<int> with_temps = live;
+      if (runs)
+        for (int t : op.temporaries)
+          if (with_temps.insert(t).second && rec) rec->transient(bytes(t));
+      if (rec)
+        rec->end_step();
+      else  // a trace needs no live-byte sums
+        steps.push_back(base + total(with_temps));
+      for (auto it = live.begin(); it != live.end();) {
+        int s = *it;
+        auto lu = last_use.find(s);
+        bool dead = lu != last_use.end() && lu->second <= i && !saved.count(s) && s != output;
+        // An output nobody reads (a statistic, a mask) lives only if saved.
+        bool unused = lu == last_use.end() && !saved.count(s) && s != output;
+        if ((dead || unused) && rec) rec->free(s);
+        it = dead || unused ? live.erase(it) : std::next(it);
+      }
+    }
+    if (kept) *kept = live;
+  }
+
+  Expr forward_peak(const std::set<int>& saved) const {
+    std::vector<Expr> steps;
+    forward_steps(0, static_cast<int>(L.ops.size()) - 1, saved, storage(L.output), Expr(0.0), steps);
+    return sym::max(steps);
+  }
+
+  struct Backward {
+    std::set<int> live_saved;      // saved storages not yet released
+    std::map<int, int> last_saver;  // storage -> op index after whose backward it is released
+    std::set<int> aliased;          // gradients living in a saved storage (in-place backward)
+    std::set<int> pinned;           // gradients kept past their producer (a checkpoint's output)
+    Grads grads;
+    std::vector<Expr> steps;
+  };
+
+  // The backward of op i: allocates its input gradients, records the live bytes, then releases
+  // its output gradients and the saved tensors it was the last to need.
+  void backward_op(int i, Backward& B, const Expr& extra) const {
+    const Op& op = L.ops[i];
+    std::vector<Expr> transient;
+    std::vector<std::pair<int, Expr>> retake;  // tensor -> bytes of a new buffer after the step
+    const int out0 = op.outputs.empty() ? -1 : op.outputs[0];
+    for (int t : op.inputs) {
+      if (!L.tensors[t].requires_grad) continue;
+      if (op.kind == OpKind::kView) {
+        // torch.split's backward: one new buffer for the base, replacing the views' gradients.
+        retake.push_back({t, bytes(storage(t))});
+        transient.push_back(bytes(storage(t)));
+        continue;
+      }
+      if (op.kind == OpKind::kAdd && out0 >= 0 && B.grads.has(out0)) {
+        if (!B.grads.has(t))
+          B.grads.bind(t, B.grads.of.at(out0));
+        else if (B.grads.holders(t) > 1)
+          retake.push_back({t, bytes(t)}), transient.push_back(bytes(t));
+        continue;
+      }
+      if (op.backward_in_place && B.live_saved.count(storage(t))) {
+        B.grads.bind(t, B.grads.alloc(Expr(0.0)));  // lives in the saved storage
+        B.aliased.insert(storage(t));
+        continue;
+      }
+      if (!B.grads.has(t)) {
+        B.grads.bind(t, B.grads.alloc(bytes(t)));
+      } else {
+        transient.push_back(bytes(t));  // the fresh gradient, added into the buffer
+        if (B.grads.holders(t) > 1) retake.push_back({t, bytes(t)});
+      }
+    }
+    for (int t : op.temporaries) transient.push_back(bytes(t));
+    for (int t : op.bwd_temporaries) transient.push_back(bytes(t));
+    if (rec) {
+      for (const Expr& e : transient) rec->transient(e);
+      rec->end_step();
+    } else {
+      std::vector<Expr> now = B.grads.sizes();
+      now.push_back(total(B.live_saved));
+      now.push_back(extra);
+      now.insert(now.end(), transient.begin(), transient.end());
+      B.steps.push_back(sym::sum(now));
+    }
+
+    if (op.kind == OpKind::kView) {
+      for (int t : op.outputs) B.grads.unbind(t);
+    } else {
+      for (int t : op.outputs)
+        if (t != L.input && !B.pinned.count(t)) B.grads.unbind(t), B.aliased.erase(storage(t));
+    }
+    for (const auto& [t, b] : retake) {
+      B.grads.unbind(t);
+      B.grads.bind(t, B.grads.alloc(b));
+    }
+    for (auto it = B.live_saved.begin(); it != B.live_saved.end();) {
+      auto ls = B.last_saver.find(*it);
+      bool done = (ls == B.last_saver.end() || ls->second >= i) && !B.aliased.count(*it);
+      if (done && rec) rec->free(*it);
+      it = done ? B.live_saved.erase(it) : std::next(it);
+    }
+  }
+
+  // With `recompute_core` (selective recompute) the attention core runs as Megatron's
+  // CheckpointFunction: when the backward reaches it, its forward is replayed with grad (keeping
+  // what its ops save), then back-propagated; the recomputed output and its incoming gradient
+  // stay referenced until the region's backward is over.
+  Expr backward_peak(const std::set<int>& saved, bool recompute_core) const {
+    if (recompute_core && whole_layer_policy()) return recomputed_peak(saved);
+    const int n = static_cast<int>(L.ops.size());
+    Backward B;
+    B.grads.rec = rec;
+    B.live_saved = saved;
+    // A saved storage is released after the backward of the earliest op that saves it; under
+    // selective recompute the checkpoint holds the core's inputs until the whole core is done.
+    for (int i = n - 1; i >= 0; --i) {
+      const Op& op = L.ops[i];
+      if (recompute_core && op.selective_recompute) {
+        int first = i;
+        while (first > 0 && L.ops[first - 1].selective_recompute) --first;
+        for (int t : op.inputs)
+          if (saved.count(storage(t))) B.last_saver[storage(t)] = first;
+        continue;
+      }
+      for (int t : op.saved)
+        if (saved.count(storage(t)) && (!B.last_saver.count(storage(t)) || B.last_saver[storage(t)] > i))
+          B.last_saver[storage(t)] = i;
+    }
+    B.grads.bind(L.output, B.grads.alloc(bytes(L.output)));
+    for (int i = n - 1; i >= 0; --i) {
+      if (!(recompute_core && L.ops[i].selective_recompute)) {
+        backward_op(i, B, Expr(0.0));
+        continue;
+      }
+      int first = i;
+      while (first > 0 && L.ops[first - 1].selective_recompute) --first;
+      recompute_region(first, i, B);
+      i = first;
+    }
+    input_grad_buffer = B.grads.has(L.input) ? B.grads.of.at(L.input) : -1;
+    return rec ? Expr(0.0) : sym::max(B.steps);
+  }
+
+  // A fully recomputed layer: one checkpoint region spanning every op. `kept`: what the forward
+  // kept besides the input (torchtitan's policy), found computed by the replay.
+  Expr recomputed_peak(const std::set<int>& kept = {}) const {
+    const int n = static_cast<int>(L.ops.size());
+    Backward B;
+    B.grads.rec = rec;
+    B.live_saved = {storage(L.input)};
+    B.last_saver[storage(L.input)] = 0;
+    B.grads.bind(L.output, B.grads.alloc(bytes(L.output)));
+    std::set<int> cached = kept;
+    cached.erase(storage(L.input));
+    recompute_region(0, n - 1, B, cached);
+    input_grad_buffer = B.grads.has(L.input) ? B.grads.of.at(L.input) : -1;
+    return rec ? Expr(0.0) : sym::max(B.steps);
+  }
+
+  void recompute_region(int first, int last, Backward& B, const std::set<int>& cached = {}) const {
+    std::set<int> region_saved;
+    for (int j = first; j <= last; ++j)
+      for (int t : L.ops[j].saved) region_saved.insert(storage(t));
+    const int out = L.ops[last].outputs[0];
+    // Replay: the backward state so far is live underneath.
+    std::vector<Expr> under;
+    if (!rec) {
+      under = B.grads.sizes();
+      under.push_back(total(B.live_saved));
+    }
+    std::set<int> kept;
+    forward_steps(first, last, region_saved, storage(out), sym::sum(under), B.steps, &kept, cached);
+    // The region's tensors join the saved set for the inner backward (inputs from outside are
+    // already there); the recomputed output is held apart until the end.
+    std::set<int> added;
+    for (int s : kept)
+      if (s != storage(out) && !B.live_saved.count(s)) added.insert(s), B.live_saved.insert(s);
+    for (int j = last; j >= first; --j)
+      for (int t : L.ops[j].saved)
+        if (added.count(storage(t))) B.last_saver[storage(t)] = j;
+    B.pinned.insert(out);
+    for (int j = last; j >= first; --j) backward_op(j, B, bytes(storage(out)));
+    B.pinned.erase(out);
+    B.grads.unbind(out);
+    for (int s : added) {
+      if (rec && B.live_saved.count(s)) rec->free(s);
+      B.live_saved.erase(s), B.last_saver.erase(s);
+    }
+  }
+};
+
+}  // namespace mist::graph::detail
