@@ -26,13 +26,26 @@ Band time_band(const Calibration& c, const std::string& gpu, double t) {
   return b;
 }
 
-Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p) {
-  MIST_CHECK(plan::validate_plan(p, job.model(), job.cluster(), job.training()));
+bool stack_overlaps_tp_comm(const PreparedJob& job, const plan::Plan& p) {
+  return job.calibration().overlap_tp_comm && p.tp > 1 && p.sequence_parallel;
+}
+
+plan::Plan with_stack_settings(const PreparedJob& job, plan::Plan p) {
+  if (!p.overlap_tp_comm_stated.value && stack_overlaps_tp_comm(job, p)) p.overlap_tp_comm = true;
+  return p;
+}
+
+Result<Prediction> predict(const PreparedJob& job, const plan::Plan& given) {
+  MIST_CHECK(plan::validate_plan(given, job.model(), job.cluster(), job.training()));
   Prediction out;
+  out.plan = with_stack_settings(job, given);
+  const plan::Plan& p = out.plan;
   MIST_TRY(out.memory, stage_memory(job, p));
   MIST_TRY(out.time, iteration_time(job, p));
   out.matmul_rate = matmul_rate(job);
   out.calibration = job.calibration();
+  if (p.overlap_tp_comm && !given.overlap_tp_comm)
+    out.calibration.settings.push_back("TP communication overlapped with its GEMMs (plan.overlap_tp_comm)");
   out.time_band = time_band(out.calibration, job.cluster().gpu.name, out.time.iteration_time_s);
   double reserved = 0;
   for (const auto& s : out.memory.stages) reserved = std::max(reserved, s.reserved_bytes);

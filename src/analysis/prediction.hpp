@@ -33,6 +33,9 @@ inline constexpr const char* kMemoryBandBasis =
 inline constexpr double kUncalibratedTimeBand = 0.30;
 
 struct Prediction {
+  // The plan as predicted: the one given, with the stack's settings its file left out
+  // (with_stack_settings).
+  plan::Plan plan;
   MemoryPrediction memory;
   TimePrediction time;
   Band time_band;    // of time.iteration_time_s: ± the calibration's held-out mean error
@@ -46,7 +49,14 @@ struct Prediction {
 // the calibration was fitted on another).
 Band time_band(const Calibration& c, const std::string& gpu, double t);
 
-// Checks the plan against the job (plan::validate_plan; the error names the rule), then predicts.
+// Whether the job's stack runs `p` with its TP communication overlapped (Calibration::overlap_tp_comm:
+// its calibration's runs did, and `p` has tp > 1 with sequence parallelism, which Megatron needs).
+bool stack_overlaps_tp_comm(const PreparedJob& job, const plan::Plan& p);
+// `p` with the settings of the job's stack that its file left out.
+plan::Plan with_stack_settings(const PreparedJob& job, plan::Plan p);
+
+// Checks the plan against the job (plan::validate_plan; the error names the rule), then predicts
+// it with the stack's settings its file left out (with_stack_settings).
 Result<Prediction> predict(const PreparedJob& job, const plan::Plan& p);
 
 }  // namespace mist::analysis

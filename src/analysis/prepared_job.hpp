@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "analysis/memory_model.hpp"
 #include "analysis/time_model.hpp"
@@ -35,6 +36,13 @@ struct Calibration {
   double mean_error = 0;
   int held_out_runs = 0;    // runs of another source scored with the fit
   double held_out_mean_error = 0, held_out_max_error = 0;
+  // The stack's settings this job took because its files left them out (job/stacks.hpp,
+  // "stack_settings"), in words for reports, and where they come from; and the one a plan takes
+  // when predicted or tuned: TP communication overlapped with its GEMMs when tp > 1 with sequence
+  // parallelism (a prediction that applies it adds it to `settings`).
+  std::vector<std::string> settings;
+  std::string settings_why;
+  bool overlap_tp_comm = false;
 };
 
 // The model lowered into layers and its stage memory model for one (sequence parallelism, recompute).

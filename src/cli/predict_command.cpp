@@ -53,7 +53,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   // --simulate: the event simulation's iteration time replaces the closed form's.
   std::optional<sim::SimResult> simulated;
   if (a.simulate) {
-    auto r = sim::simulate(analysis::pipeline_job(job->plan, pred->time, pred->memory));
+    auto r = sim::simulate(analysis::pipeline_job(pred->plan, pred->time, pred->memory));
     if (!r) {
       err = "mist: internal error: simulation failed: " + r.error().to_string() + "\n";
       return kExitInternal;

@@ -67,6 +67,8 @@ Json calibration_json(const analysis::Calibration& c) {
     j["source"] = c.source;
     j["runs"] = c.runs;
     j["mean_rel_error"] = c.mean_error;
+    j["stack_settings"] = c.settings;
+    if (!c.settings.empty()) j["stack_settings_why"] = c.settings_why;
     j["held_out"] = c.held_out_runs > 0 ? Json{{"runs", c.held_out_runs},
                                                {"mean_rel_error", c.held_out_mean_error},
                                                {"max_rel_error", c.held_out_max_error}}
@@ -82,8 +84,14 @@ std::string calibration_text(const analysis::Calibration& c) {
                                                          c.held_out_runs, 100 * c.held_out_mean_error,
                                                          100 * c.held_out_max_error)
                                            : "; no held-out runs";
-    return fmt::format("calibration: {} on {} ({} runs, {:.1f}% mean error{}); --uncalibrated for the physics alone\n",
-                       c.stack, c.fitted_gpu, c.runs, 100 * c.mean_error, held);
+    std::string settings;
+    if (!c.settings.empty()) {
+      settings = "the stack's settings, which the job's files left out:";
+      for (const auto& s : c.settings) settings += "\n  " + s;
+      settings += "\n  " + c.settings_why + "\n";
+    }
+    return fmt::format("calibration: {} on {} ({} runs, {:.1f}% mean error{}); --uncalibrated for the physics alone\n{}",
+                       c.stack, c.fitted_gpu, c.runs, 100 * c.mean_error, held, settings);
   }
   return "calibration: none (" + c.note + "); uncalibrated, the model was on average 5-28% optimistic against\n"
          "published runs (docs/time-model.md)\n";
@@ -132,7 +140,7 @@ Json prediction_json(const Job& job, const Prediction& pred) {
               {"num_parameters", job.model.num_parameters()},
               {"cluster", spec::cluster_to_json(job.cluster, job.files)},
               {"training", spec::training_to_json(job.training)},
-              {"plan", plan::plan_to_json(job.plan)},
+              {"plan", plan::plan_to_json(pred.plan)},
               {"fits", p.fits},
               {"host_memory_bytes_per_node", p.host_bytes_per_node},
               {"host_memory_capacity_bytes", p.host_capacity_bytes},

@@ -88,7 +88,7 @@ int simulate(const SimulateArgs& a, std::string& out, std::string& err) {
   if (!options) return invalid_input(err, options.error());
   auto pred = job::predict(*job, *options);
   if (!pred) return invalid_input(err, pred.error());
-  const auto pj = analysis::pipeline_job(job->plan, pred->time, pred->memory);
+  const auto pj = analysis::pipeline_job(pred->plan, pred->time, pred->memory);
   auto r = sim::simulate(pj);
   if (!r) {  // the plan was validated: a failure here is a bug
     err = "mist: internal error: " + r.error().to_string() + "\n";

@@ -219,7 +219,7 @@ Result<void> apply_constants_json(const Json& j, const std::string& gpu, const s
   MIST_CHECK(f.reject_unknown({"time_constants_version", "gpu", "device", "dtype", "engine", "stack",
                                "matmul_efficiency", "hbm_efficiency", "kernel_launch_s", "vector_TFLOPS",
                                "flash_fwd_efficiency", "flash_bwd_efficiency", "gemm_k_overhead",
-                               "host_per_kernel_us", "fit"}));
+                               "host_per_kernel_us", "fit", "stack_settings"}));
   MIST_TRY(int64_t version, f.integer("time_constants_version", 1, 1));
   (void)version;
   MIST_TRY(std::string for_gpu, f.string("gpu"));

@@ -26,8 +26,9 @@ Result<CalibrationData> read_calibration(const spec::CalibrationFiles& files) {
 
 namespace {
 
-// The shipped fit of the job's stack, applied to `k`, described in `about`.
-Result<void> apply_stack_fit(const spec::ClusterSpec& cluster, const spec::TrainingSpec& training,
+// The shipped fit of the job's stack, applied to `k`, described in `about`; the stack's settings
+// the training's file left out, applied to `training`.
+Result<void> apply_stack_fit(const spec::ClusterSpec& cluster, spec::TrainingSpec& training,
                              spec::Engine engine, hardware::PerfConstants& k, analysis::Calibration& about) {
   const auto& fits = stack_fits();
   if (!fits) return std::unexpected(fits.error());
@@ -61,6 +62,14 @@ Result<void> apply_stack_fit(const spec::ClusterSpec& cluster, const spec::Train
   about.held_out_mean_error = f.held_out_mean_error;
   about.held_out_max_error = f.held_out_max_error;
   about.constants_source = fmt::format("the {} calibration, {}", spec::display_name(engine), choice.note);
+  // Mixed precision keeps gradients in fp32 or in the training dtype (training_from_json).
+  if (f.grad_dtype && !training.grad_dtype_stated.value && training.grad_dtype != *f.grad_dtype &&
+      (*f.grad_dtype == spec::Dtype::kFp32 || *f.grad_dtype == training.precision)) {
+    training.grad_dtype = *f.grad_dtype;
+    about.settings.push_back(fmt::format("gradients reduced in {} (training.grad_dtype)", spec::to_string(*f.grad_dtype)));
+  }
+  about.overlap_tp_comm = f.overlap_tp_comm;
+  about.settings_why = f.settings_why;
   return {};
 }
 
@@ -71,6 +80,7 @@ Result<analysis::PreparedJob> prepare(const spec::ModelSpec& model, const spec::
                                       const PrepareOptions& options) {
   analysis::TimeConstants k;
   analysis::Calibration about;
+  spec::TrainingSpec trained = training;  // with the stack's settings its file left out
   about.engine = spec::to_string(options.engine);
   k.profile = calibration.profile;
   if (calibration.time_constants) {
@@ -84,12 +94,12 @@ Result<analysis::PreparedJob> prepare(const spec::ModelSpec& model, const spec::
   } else if (options.uncalibrated) {
     about.note = "--uncalibrated: the physics alone";
   } else {
-    MIST_CHECK(apply_stack_fit(cluster, training, options.engine, k.perf, about));
+    MIST_CHECK(apply_stack_fit(cluster, trained, options.engine, k.perf, about));
   }
   if (!(options.memory_headroom >= 0 && options.memory_headroom < 0.9))
     return fail("--headroom",
                 fmt::format("must be a fraction of GPU memory in [0, 0.9), got {:g}", options.memory_headroom));
-  MIST_TRY(auto job, analysis::PreparedJob::create(model, cluster, training, std::move(k), std::move(about),
+  MIST_TRY(auto job, analysis::PreparedJob::create(model, cluster, trained, std::move(k), std::move(about),
                                                    options.engine));
   return job.with_memory_headroom(options.memory_headroom);
 }

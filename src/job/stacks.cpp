@@ -1,6 +1,7 @@
 #include "job/stacks.hpp"
 
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,12 @@ extern const std::string_view kStackFitsJson;
 
 namespace {
 
+std::optional<spec::Dtype> dtype_named(const std::string& name) {
+  for (auto d : {spec::Dtype::kFp32, spec::Dtype::kFp16, spec::Dtype::kBf16})
+    if (name == spec::to_string(d)) return d;
+  return std::nullopt;
+}
+
 Result<StackFit> fit_from_json(const Json& j, size_t index) {
   const std::string what = fmt::format("stack fit {}", index);
   if (!j.is_object() || !j.contains("engine") || !j.contains("gpu") || !j.contains("dtype") || !j.contains("fit"))
@@ -21,10 +28,9 @@ Result<StackFit> fit_from_json(const Json& j, size_t index) {
   StackFit f;
   MIST_TRY(f.engine, spec::engine_from_string(j.at("engine").get<std::string>()));
   const std::string dtype = j.at("dtype").get<std::string>();
-  bool known = false;
-  for (auto d : {spec::Dtype::kFp32, spec::Dtype::kFp16, spec::Dtype::kBf16})
-    if (dtype == spec::to_string(d)) f.dtype = d, known = true;
-  if (!known) return fail(what + ".dtype", "unknown dtype '" + dtype + "'");
+  const auto d = dtype_named(dtype);
+  if (!d) return fail(what + ".dtype", "unknown dtype '" + dtype + "'");
+  f.dtype = *d;
   f.stack = j.value("stack", "");
   f.gpu = j.at("gpu").get<std::string>();
   const Json& fit = j.at("fit");
@@ -40,6 +46,17 @@ Result<StackFit> fit_from_json(const Json& j, size_t index) {
     f.held_out_file = h.value("runs", "");
   }
   f.constants = j;
+  if (j.contains("stack_settings")) {
+    const Json& s = j.at("stack_settings");
+    if (!s.is_object()) return fail(what + ".stack_settings", "must be an object");
+    if (s.contains("grad_dtype")) {
+      const std::string g = s.at("grad_dtype").get<std::string>();
+      f.grad_dtype = dtype_named(g);
+      if (!f.grad_dtype) return fail(what + ".stack_settings.grad_dtype", "unknown dtype '" + g + "'");
+    }
+    f.overlap_tp_comm = s.value("overlap_tp_comm", false);
+    f.settings_why = s.value("why", "");
+  }
   return f;
 }
 

@@ -28,6 +28,11 @@ struct StackFit {
   double held_out_mean_error = 0, held_out_max_error = 0;
   std::string held_out_file;
   Json constants;            // the constants file as written by `mist fit --runs`
+  // "stack_settings": how the stack's runs were configured where that differs from mist's defaults,
+  // applied to jobs whose files leave the setting out (the constants were fitted with it).
+  std::optional<spec::Dtype> grad_dtype;  // gradients kept and reduced in this dtype
+  bool overlap_tp_comm = false;           // TP collectives pipelined with their GEMMs (tp > 1, SP)
+  std::string settings_why;               // where the settings come from
 };
 
 // Every shipped fit, in file order; parsed once from the embedded files (a malformed one is a bug

@@ -98,6 +98,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(p.overlap_grad_reduce, f.boolean_or("overlap_grad_reduce", true));
   MIST_TRY(p.overlap_param_gather, f.boolean_or("overlap_param_gather", true));
   MIST_TRY(p.overlap_tp_comm, f.boolean_or("overlap_tp_comm", false));
+  p.overlap_tp_comm_stated.value = f.has("overlap_tp_comm");
   MIST_TRY(p.grad_accumulation_fusion, f.boolean_or("grad_accumulation_fusion", true));
   MIST_TRY(p.async_tp_backward, f.boolean_or("async_tp_backward", true));
   if (!f.has("stages")) return fail(f.field_path("stages"), "is required but missing (one object per pipeline stage)");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/json_fields.hpp"
+#include "core/stated.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
 #include "spec/training.hpp"
@@ -50,6 +51,7 @@ struct Plan {
   // Tensor-parallel collectives pipelined with the GEMMs that produce/consume them (Megatron
   // --tp-comm-overlap with Transformer Engine userbuffers; needs sequence parallelism).
   bool overlap_tp_comm = false;
+  Stated overlap_tp_comm_stated;  // false: the plan file left overlap_tp_comm out
   // The weight-gradient GEMM accumulates into the gradient buffer (Megatron's default
   // --gradient-accumulation-fusion; cuBLAS beta = 1). When false each micro-batch's gradients are
   // added by a separate kernel (Megatron-LM 2021's local DDP, PyTorch's AccumulateGrad, DeepSpeed).

@@ -34,6 +34,7 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_TRY(t.dropout, f.boolean_or("dropout", false));
   t.precision = parse_dtype(precision);
   t.grad_dtype = parse_dtype(grad);
+  t.grad_dtype_stated.value = f.has("grad_dtype");
   t.optimizer = optimizer == "adamw" ? Optimizer::kAdamW : Optimizer::kSgd;
   // fp32 training has no 16-bit copy of anything, so its gradients are fp32 too; mixed precision
   // keeps gradients in fp32 (the default) or in the training dtype, never in the other 16-bit one.

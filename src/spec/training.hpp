@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/json_fields.hpp"
+#include "core/stated.hpp"
 
 namespace mist::spec {
 
@@ -16,6 +17,7 @@ struct TrainingSpec {
   int64_t seq_length = 0;         // s
   Dtype precision = Dtype::kBf16;   // weights and activations; fp16/bf16 = mixed precision
   Dtype grad_dtype = Dtype::kFp32;  // gradients are kept and reduced in this dtype
+  Stated grad_dtype_stated;          // false: the file left grad_dtype out
   Optimizer optimizer = Optimizer::kAdamW;
   bool flash_attention = true;
   bool dropout = false;

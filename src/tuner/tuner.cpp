@@ -83,7 +83,10 @@ Result<std::vector<Work>> cost_layouts(const analysis::PreparedJob& job, const T
                                        "heads; check training.global_batch_size and the GPU count",
                                        job.cluster().num_gpus(), job.training().global_batch_size));
   std::vector<Work> work;
-  for (const auto& layout : all) {
+  for (const auto& given : all) {
+    // The stack's own setting: the runs its calibration was fitted on overlapped TP communication.
+    plan::Plan layout = given;
+    if (analysis::stack_overlaps_tp_comm(job, layout)) layout.overlap_tp_comm = true;
     MIST_TRY(auto costs, StageCosts::create(job, space, layout, programs));
     const double lb = options.exhaustive              ? 0
                       : space.uniform_stage_settings ? uniform_lower_bound(costs, space, job.training(), m.num_layers)
