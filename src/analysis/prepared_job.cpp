@@ -27,6 +27,7 @@ Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec
 PreparedJob PreparedJob::with_constants(TimeConstants constants) const {
   PreparedJob j(inputs_, cache_, std::move(constants), calibration_);
   j.headroom_ = headroom_;
+  j.replay_allocator_ = replay_allocator_;
   return j;
 }
 
@@ -35,6 +36,7 @@ PreparedJob PreparedJob::with_nodes(int64_t nodes) const {
   in.cluster.nodes = nodes;
   PreparedJob j(std::make_shared<const Inputs>(std::move(in)), std::make_shared<Cache>(), constants_, calibration_);
   j.headroom_ = headroom_;
+  j.replay_allocator_ = replay_allocator_;
   return j;
 }
 

@@ -125,7 +125,8 @@ Result<std::vector<analysis::PreparedJob>> prepare_runs(const std::vector<Publis
   std::vector<analysis::PreparedJob> out;
   for (const auto& r : runs) {
     MIST_TRY(auto job, analysis::PreparedJob::create(r.job.model, r.job.cluster, r.job.training, k));
-    out.push_back(std::move(job));
+    // A fit scores iteration times: the caching allocator's replay (memory) is not needed.
+    out.push_back(job.with_allocator_replay(false));
   }
   return out;
 }
