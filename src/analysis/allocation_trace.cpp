@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "graph/liveness.hpp"
+#include "sim/pipeline_sim.hpp"
 #include "spec/training.hpp"
 
 namespace mist::analysis {
@@ -99,36 +100,6 @@ double sum(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return s;
-}
-
-// The schedule of a stage (Megatron's 1F1B, interleaved when v > 1): the order of its forward and
-// backward passes over (micro-batch, model chunk) units.
-struct Pass {
-  bool forward = true;
-  int64_t micro_batch = 0;
-  int64_t chunk = 0;
-};
-
-std::vector<Pass> one_f_one_b(int64_t pp, int64_t stage, int64_t v, int64_t micro_batches) {
-  const int64_t units = micro_batches * v;
-  const int64_t warmup =
-      v == 1 ? std::min(pp - stage - 1, micro_batches) : std::min((pp - stage - 1) * 2 + (v - 1) * pp, units);
-  auto unit = [&](int64_t k, bool fwd) {
-    const int64_t group = pp * v;
-    int64_t chunk = v == 1 ? 0 : (k / pp) % v;
-    if (!fwd) chunk = v - 1 - chunk;
-    const int64_t mb = v == 1 ? k : (k / group) * pp + k % pp;
-    return Pass{fwd, mb, chunk};
-  };
-  std::vector<Pass> order;
-  int64_t f = 0, b = 0;
-  for (; f < warmup; ++f) order.push_back(unit(f, true));
-  while (f < units) {
-    order.push_back(unit(f++, true));
-    order.push_back(unit(b++, false));
-  }
-  while (b < units) order.push_back(unit(b++, false));
-  return order;
 }
 
 }  // namespace
@@ -262,7 +233,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
   const int64_t G = p.grad_accum_steps;
   // The first micro-batches of the schedule: past its warm-up the pattern repeats.
   const int64_t mbs = std::min<int64_t>(G, v == 1 ? p.pp - stage + 2 : 2 * p.pp);
-  const auto order = one_f_one_b(p.pp, stage, v, mbs);
+  const auto order = sim::stage_schedule(static_cast<int>(p.pp), stage, mbs, v);  // Megatron's (interleaved) 1F1B
   const double tokens_bytes = 8.0 * p.micro_batch_size * tr.seq_length;
   const double boundary_bytes = sym::evaluate_or_zero(lm.block.tensors[static_cast<size_t>(lm.block.input)].bytes, b);
 
@@ -271,7 +242,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
     // Live per (micro-batch, chunk): the layer instances between their forward and backward.
     std::unordered_map<int64_t, std::vector<Instance>> live;
     std::unordered_map<int64_t, int64_t> loss;
-    for (const Pass& pass : order) {
+    for (const sim::ScheduleStep& pass : order) {
       const auto& ch = chunks[static_cast<size_t>(pass.chunk)];
       const int64_t key = pass.micro_batch * v + pass.chunk;
       const bool has_emb = first && pass.chunk == 0, has_head = last && pass.chunk == v - 1;
