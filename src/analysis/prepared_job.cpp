@@ -18,7 +18,7 @@ struct PreparedJob::Cache {
 
 Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
                                         TimeConstants constants, Calibration calibration, spec::Engine engine) {
-  MIST_CHECK(plan::validate_precision(cluster, training));
+  MIST_CHECK(plan::validate_training(model, cluster, training));
   auto inputs =
       std::make_shared<const Inputs>(Inputs{std::move(model), std::move(cluster), std::move(training), engine});
   return PreparedJob(std::move(inputs), std::make_shared<Cache>(), std::move(constants), std::move(calibration));

@@ -55,7 +55,8 @@ int run_export(const ExportArgs& a, std::string& out, std::string& err) {
     return kExitInvalidInput;
   }
   const auto& x = *r->exported;
-  std::string text = engines::render_options(x.options);
+  // One block to paste: the environment the engine asserts, then its options.
+  std::string text = engines::render_environment(x.environment) + engines::render_options(x.options);
   if (*engine == engines::Engine::kDeepSpeed) {
     // The JSON goes to --out (flags on stdout) or to stdout (flags on stderr), so stdout stays one thing.
     const std::string config = x.config.dump(2) + "\n";

@@ -1,5 +1,7 @@
 #include "export/common.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace mist::engines {
@@ -19,6 +21,12 @@ std::string render_options(const std::vector<Option>& options) {
   return out;
 }
 
+std::string render_environment(const std::vector<EnvVar>& environment) {
+  std::string out;
+  for (const auto& e : environment) out += "export " + e.name + "=" + e.value + "\n";
+  return out;
+}
+
 spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const {
   if (global_batch_size) base.global_batch_size = *global_batch_size;
   if (seq_length) base.seq_length = *seq_length;
@@ -31,6 +39,26 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
 }  // namespace mist::engines
 
 namespace mist::engines::detail {
+
+int64_t position_embeddings(const spec::ModelSpec& m, const spec::TrainingSpec& t) {
+  if (m.positions == spec::Positions::kLearned) return m.max_position_embeddings;
+  return std::max(m.max_position_embeddings, t.seq_length);
+}
+
+std::optional<std::string> position_embeddings_note(const spec::ModelSpec& m, const spec::TrainingSpec& t) {
+  if (position_embeddings(m, t) == m.max_position_embeddings) return std::nullopt;
+  return fmt::format("--max-position-embeddings {}: the sequence, above {}'s context of {} (the engine asserts "
+                     "max_position_embeddings >= seq_length; rotary positions have no table, so only the "
+                     "rotary cache grows)",
+                     t.seq_length, m.name, m.max_position_embeddings);
+}
+
+EnvVar single_device_connection() { return {"CUDA_DEVICE_MAX_CONNECTIONS", "1"}; }
+
+std::string single_device_connection_note(std::string_view rule) {
+  return fmt::format("CUDA_DEVICE_MAX_CONNECTIONS=1: {} (one hardware queue: kernels reach the GPU in the "
+                     "order they are issued, so tensor-parallel communication overlaps its GEMMs as scheduled)", rule);
+}
 
 std::string number_text(double v) { return fmt::format("{}", v); }
 

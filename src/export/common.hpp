@@ -39,6 +39,17 @@ Result<int64_t> grad_accum(int64_t global_batch, int64_t micro_batch, int64_t dp
 Result<void> check_model_flag(const Flags& f, std::string_view flag, int64_t expected, const spec::ModelSpec& m,
                               std::string_view what);
 
+// --max-position-embeddings for Megatron-LM and Megatron-DeepSpeed: both assert it is at least
+// --seq-length. A learned table has its own size (validate_training keeps the sequence within it); a
+// rotary model has no table and gets max(its context, the sequence).
+int64_t position_embeddings(const spec::ModelSpec& m, const spec::TrainingSpec& t);
+// The note that says so when the sequence raised it, else nothing.
+std::optional<std::string> position_embeddings_note(const spec::ModelSpec& m, const spec::TrainingSpec& t);
+
+// CUDA_DEVICE_MAX_CONNECTIONS=1 and why, for an engine that asserts it (`rule` says when).
+EnvVar single_device_connection();
+std::string single_device_connection_note(std::string_view rule);
+
 // --bf16 / --fp16 (Megatron-LM and Megatron-DeepSpeed spell them the same).
 Result<std::optional<spec::Dtype>> precision_switches(const Flags& f);
 // --hidden-dropout / --attention-dropout (both default to 0.1 in both engines).

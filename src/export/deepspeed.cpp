@@ -16,7 +16,7 @@ using detail::add;
 
 // Megatron-DeepSpeed @ f4157bea megatron/arguments.py; --deepspeed and --deepspeed_config come
 // from DeepSpeed @ 38327e07 deepspeed/__init__.py (add_config_arguments).
-constexpr std::array<FlagSpec, 35> kFlags{{
+constexpr std::array<FlagSpec, 36> kFlags{{
     {"--deepspeed", false},
     {"--deepspeed_config", true},
     {"--tensor-model-parallel-size", true},
@@ -36,6 +36,7 @@ constexpr std::array<FlagSpec, 35> kFlags{{
     {"--checkpoint-activations", false},
     {"--checkpoint-num-layers", true},
     {"--deepspeed-activation-checkpointing", false},
+    {"--cpu-optimizer", false},
     {"--bf16", false},
     {"--fp16", false},
     {"--optimizer", true},
@@ -105,13 +106,13 @@ Result<bool> offloaded(const JsonFields& zero, std::string_view section, std::ve
   return device != "none";
 }
 
-void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m) {
+void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const spec::TrainingSpec& t) {
   add(o, "--num-layers", m.num_layers);
   add(o, "--hidden-size", m.hidden_size);
   add(o, "--ffn-hidden-size", m.ffn_hidden_size);
   add(o, "--num-attention-heads", m.num_heads);
   if (m.num_kv_heads != m.num_heads) add(o, "--num-key-value-heads", m.num_kv_heads);
-  if (m.max_position_embeddings > 0) add(o, "--max-position-embeddings", m.max_position_embeddings);
+  add(o, "--max-position-embeddings", detail::position_embeddings(m, t));
   if (m.norm == spec::Norm::kRmsNorm) add(o, "--normalization", std::string("rmsnorm"));
   if (m.mlp == spec::Mlp::kSwiGlu) add(o, "--swiglu");
   if (m.positions == spec::Positions::kRotary) add(o, "--use-rotary-position-embeddings");
@@ -119,9 +120,18 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m) {
   if (!m.linear_bias) add(o, "--disable-bias-linear");
 }
 
+// validate_args (megatron/arguments.py:386-407 at the commit) turns sequence parallelism off at
+// tp = 1 and raises on CUDA without CUDA_DEVICE_MAX_CONNECTIONS=1 when it is on.
+bool needs_single_connection(const plan::Plan& p) { return p.sequence_parallel && p.tp > 1; }
+
 }  // namespace
 
 std::span<const FlagSpec> megatron_deepspeed_flag_specs() { return kFlags; }
+
+std::vector<EnvVar> megatron_deepspeed_environment(const plan::Plan& p) {
+  if (needs_single_connection(p)) return {detail::single_device_connection()};
+  return {};
+}
 std::span<const std::string_view> deepspeed_config_keys() { return kKeys; }
 
 Json deepspeed_config(const spec::TrainingSpec& t, const plan::Plan& p) {
@@ -169,8 +179,13 @@ std::vector<Option> megatron_deepspeed_options(const spec::ModelSpec& m, const s
     add(o, "--checkpoint-num-layers", int64_t{1});
     add(o, "--deepspeed-activation-checkpointing");
   }
+  // ZeRO-Offload runs the step on the host: DeepSpeed raises ZeRORuntimeException for any client
+  // optimizer but its CPU Adam while zero_force_ds_cpu_optimizer is true, its default
+  // (runtime/engine.py:1369-1372); --cpu-optimizer makes Megatron-DeepSpeed build DeepSpeedCPUAdam
+  // (megatron/optimizer/__init__.py:83).
+  if (p.stages.front().offload.optimizer_states > 0) add(o, "--cpu-optimizer");
   detail::add_training_flags(o, t);
-  add_model_options(o, m);
+  add_model_options(o, m, t);
   return o;
 }
 
@@ -178,6 +193,10 @@ std::vector<std::string> deepspeed_notes(const spec::ModelSpec& m, const spec::T
   std::vector<std::string> notes{
       "the JSON alone runs data parallelism and ZeRO; tensor and pipeline parallelism and recompute come "
       "from the model code: the Megatron-DeepSpeed flags give them"};
+  if (needs_single_connection(p))
+    notes.push_back(detail::single_device_connection_note(
+        "Megatron-DeepSpeed raises without it when sequence parallelism is on"));
+  if (auto n = detail::position_embeddings_note(m, t)) notes.push_back(*n);
   if (p.pp > 1) {
     std::vector<std::string> layers;
     for (const auto& s : p.stages) layers.push_back(std::to_string(s.num_layers));
@@ -372,6 +391,10 @@ Result<ImportedJob> import_deepspeed(const Json& config, std::string_view text, 
     MIST_TRY(bool cpu, ac.boolean_or("cpu_checkpointing", false));
     if (cpu) out.notes.push_back(ac.field_path("cpu_checkpointing") + ": offloaded checkpoint inputs are not modelled");
   }
+  if (with_flags && optimizer_offload > 0 && !f.has("--cpu-optimizer"))
+    out.notes.push_back(what + ".zero_optimization.offload_optimizer without --cpu-optimizer: DeepSpeed refuses "
+                        "Megatron-DeepSpeed's GPU Adam under ZeRO-Offload (ZeRORuntimeException, "
+                        "zero_force_ds_cpu_optimizer); read as offloaded");
   if (!with_flags)
     out.notes.push_back("without Megatron-DeepSpeed flags: data parallelism only; recompute is the model code's "
                         "choice and is taken as none");

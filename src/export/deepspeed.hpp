@@ -18,6 +18,8 @@ Json deepspeed_config(const spec::TrainingSpec& t, const plan::Plan& p);
 // The Megatron-DeepSpeed flags that go with it (--deepspeed_config names `config_path`).
 std::vector<Option> megatron_deepspeed_options(const spec::ModelSpec& m, const spec::TrainingSpec& t,
                                                const plan::Plan& p, const std::string& config_path);
+// The environment the launch needs: CUDA_DEVICE_MAX_CONNECTIONS=1 with sequence parallelism.
+std::vector<EnvVar> megatron_deepspeed_environment(const plan::Plan& p);
 // What the flags and the JSON do not carry; with pp > 1, the split DeepSpeed's partition makes.
 std::vector<std::string> deepspeed_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t, const plan::Plan& p);
 

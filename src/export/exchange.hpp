@@ -27,10 +27,21 @@ struct Option {
 // Options one per line, continued with " \" so the text pastes into a shell.
 std::string render_options(const std::vector<Option>& options);
 
+// An environment variable the engine asserts or reads at launch ("CUDA_DEVICE_MAX_CONNECTIONS" "1").
+struct EnvVar {
+  std::string name;
+  std::string value;
+  bool operator==(const EnvVar&) const = default;
+};
+
+// "export NAME=VALUE" lines, one per variable (nothing when there are none); the importers skip them.
+std::string render_environment(const std::vector<EnvVar>& environment);
+
 // A plan in an engine's terms.
 struct Exported {
   Engine engine = Engine::kMegatron;
   std::vector<Option> options;  // Megatron-LM flags, Megatron-DeepSpeed flags or torchtitan overrides
+  std::vector<EnvVar> environment;  // what the launch must set (the notes say why)
   Json config;                  // the DeepSpeed JSON config (null for the others)
   std::vector<std::string> notes;  // what the options do not carry (model shape, vocabulary, ...)
 };

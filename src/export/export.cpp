@@ -21,16 +21,18 @@ Result<ExportResult> export_plan(Engine e, const job::Job& job, const ExportOpti
   switch (e) {
     case Engine::kMegatron:
       x.options = megatron_options(m, c, t, p);
-      x.notes = megatron_notes(m, t);
+      x.environment = megatron_environment(c, p);
+      x.notes = megatron_notes(m, c, t, p);
       break;
     case Engine::kDeepSpeed:
       x.config = deepspeed_config(t, p);
       x.options = megatron_deepspeed_options(m, t, p, o.deepspeed_config_path);
+      x.environment = megatron_deepspeed_environment(p);
       x.notes = deepspeed_notes(m, t, p);
       break;
     case Engine::kTorchtitan:
-      x.options = torchtitan_options(t, p);
-      x.notes = torchtitan_notes(m, t);
+      x.options = torchtitan_options(m, t, p);
+      x.notes = torchtitan_notes(m, t, p);
       break;
   }
   r.exported = std::move(x);

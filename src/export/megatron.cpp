@@ -71,7 +71,7 @@ constexpr std::array<FlagSpec, 49> kFlags{{
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
 
-void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m) {
+void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const spec::TrainingSpec& t) {
   add(o, "--num-layers", m.num_layers);
   add(o, "--hidden-size", m.hidden_size);
   add(o, "--ffn-hidden-size", m.ffn_hidden_size);
@@ -80,7 +80,7 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m) {
     add(o, "--group-query-attention");
     add(o, "--num-query-groups", m.num_kv_heads);
   }
-  if (m.max_position_embeddings > 0) add(o, "--max-position-embeddings", m.max_position_embeddings);
+  add(o, "--max-position-embeddings", detail::position_embeddings(m, t));
   if (m.norm == spec::Norm::kRmsNorm) add(o, "--normalization", std::string("RMSNorm"));
   if (m.mlp == spec::Mlp::kSwiGlu) add(o, "--swiglu");
   if (m.positions == spec::Positions::kRotary) add(o, "--position-embedding-type", std::string("rope"));
@@ -89,9 +89,22 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m) {
   if (m.qkv_bias && !m.linear_bias) add(o, "--add-qkv-bias");
 }
 
+// validate_args (arguments.py:1453-1479 at the commit): with tp > 1 on GPUs before Blackwell it
+// asserts CUDA_DEVICE_MAX_CONNECTIONS=1, except under Megatron-FSDP (ZeRO-2/3), where it only warns
+// that FSDP wants more connections.
+bool needs_single_connection(const spec::ClusterSpec& c, const plan::Plan& p) {
+  const double cc = c.gpu.compute_capability;
+  return p.tp > 1 && cc > 0 && cc < 10 && p.stages.front().zero < 2;
+}
+
 }  // namespace
 
 std::span<const FlagSpec> megatron_flag_specs() { return kFlags; }
+
+std::vector<EnvVar> megatron_environment(const spec::ClusterSpec& c, const plan::Plan& p) {
+  if (needs_single_connection(c, p)) return {detail::single_device_connection()};
+  return {};
+}
 
 std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::ClusterSpec&,
                                      const spec::TrainingSpec& t, const plan::Plan& p) {
@@ -140,12 +153,18 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     add(o, "--cpu-offloading-num-layers",
         static_cast<int64_t>(std::llround(s0.offload.activations * static_cast<double>(s0.num_layers))));
   detail::add_training_flags(o, t);
-  add_model_options(o, m);
+  add_model_options(o, m, t);
   return o;
 }
 
-std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t) {
+std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                        const spec::TrainingSpec& t, const plan::Plan& p) {
   std::vector<std::string> notes;
+  if (needs_single_connection(c, p))
+    notes.push_back(detail::single_device_connection_note(
+        fmt::format("Megatron-LM asserts it with tensor parallelism on GPUs before Blackwell ({} is sm_{})",
+                    c.gpu.name, static_cast<int>(std::lround(c.gpu.compute_capability * 10)))));
+  if (auto n = detail::position_embeddings_note(m, t)) notes.push_back(*n);
   notes.push_back(fmt::format("the vocabulary ({} entries) comes from the tokenizer (--tokenizer-type and its "
                               "files), padded with --make-vocab-size-divisible-by", m.vocab_size));
   if (m.parallel_block)

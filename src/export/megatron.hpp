@@ -14,8 +14,11 @@ namespace mist::engines {
 // parallelism, batch, recompute, ZeRO, offload, precision, model shape.
 std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                      const spec::TrainingSpec& t, const plan::Plan& p);
-// What the flags do not carry.
-std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t);
+// The environment the launch needs: CUDA_DEVICE_MAX_CONNECTIONS=1 where validate_args asserts it.
+std::vector<EnvVar> megatron_environment(const spec::ClusterSpec& c, const plan::Plan& p);
+// What the flags do not carry, and why the environment and any raised value are there.
+std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                        const spec::TrainingSpec& t, const plan::Plan& p);
 
 // A Megatron-LM command line (or just its flags) as a plan for `m` on `c`, with the training
 // settings the flags state: --global-batch-size (default micro batch × dp), --seq-length,

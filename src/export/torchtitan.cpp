@@ -6,6 +6,7 @@
 
 #include "export/common.hpp"
 #include "export/splits.hpp"
+#include "export/torchtitan_models.hpp"
 
 namespace mist::engines {
 
@@ -16,7 +17,9 @@ using detail::add;
 // torchtitan @ b5bcd76c: torchtitan/config/configs.py (ParallelismConfig, TrainingConfig), all in
 // the frozen list of tests/unit_tests/test_no_new_cli_options.py; "no_" negates a switch
 // (docs/debugging.md).
-constexpr std::array<FlagSpec, 24> kFlags{{
+constexpr std::array<FlagSpec, 27> kFlags{{
+    {"--module", true},  // read before tyro by config/manager.py ConfigManager
+    {"--config", true},
     {"--parallelism.data_parallel_replicate_degree", true},
     {"--parallelism.data_parallel_shard_degree", true},
     {"--parallelism.fsdp_reshard_after_forward", true},
@@ -39,6 +42,7 @@ constexpr std::array<FlagSpec, 24> kFlags{{
     {"--training.dtype", true},
     {"--training.enable_cpu_offload", false},
     {"--training.no_enable_cpu_offload", false},
+    {"--training.disable_cuda_graphs", false},
     {"--compile.enable", false},
     {"--compile.enable_async_tensor_parallel", false},
 }};
@@ -62,8 +66,15 @@ bool looped_schedule(std::string_view s) {
 std::span<const FlagSpec> torchtitan_flag_specs() { return kFlags; }
 std::span<const std::string_view> torchtitan_subcommands() { return kSubcommands; }
 
-std::vector<Option> torchtitan_options(const spec::TrainingSpec& t, const plan::Plan& p) {
+std::vector<Option> torchtitan_options(const spec::ModelSpec& m, const spec::TrainingSpec& t, const plan::Plan& p) {
   std::vector<Option> o;
+  if (auto model = torchtitan_model(m)) {
+    add(o, "--module", std::string(model->module));
+    add(o, "--config", std::string(model->config));
+  } else if (auto missing = torchtitan_missing_model(m); missing.config) {
+    add(o, "--module", std::string("llama3"));
+    add(o, "--config", *missing.config);  // the function the note asks the user to add
+  }
   const int zero = p.stages.front().zero;
   add(o, "--parallelism.data_parallel_replicate_degree", zero == 0 ? p.dp : int64_t{1});
   add(o, "--parallelism.data_parallel_shard_degree", zero == 0 ? int64_t{1} : p.dp);
@@ -79,6 +90,8 @@ std::vector<Option> torchtitan_options(const spec::TrainingSpec& t, const plan::
     add(o, "--parallelism.pipeline_parallel_first_stage_less_layers", split.first_less);
     add(o, "--parallelism.pipeline_parallel_last_stage_less_layers", split.last_less);
     add(o, "--parallelism.num_pp_microbatches", p.grad_accum_steps);  // one pipeline pass per iteration
+    // Trainer.Config._validate_cuda_graphs (trainer.py:168-176): CUDA graphs, on by default, refuse PP.
+    add(o, "--training.disable_cuda_graphs");
   }
   const int64_t s = t.seq_length;
   add(o, "--training.num_tokens_per_microbatch_per_dp_rank", p.micro_batch_size * s);
@@ -97,10 +110,20 @@ std::vector<Option> torchtitan_options(const spec::TrainingSpec& t, const plan::
   return o;
 }
 
-std::vector<std::string> torchtitan_notes(const spec::ModelSpec& m, const spec::TrainingSpec&) {
-  return {fmt::format("the model comes from the config function (--module, --config); torchtitan's command line "
-                      "cannot set its shape: pick the one for {} ({} layers)", m.name, m.num_layers),
-          "torchtitan batches by tokens: micro batch = num_tokens_per_microbatch_per_dp_rank / max_context_length"};
+std::vector<std::string> torchtitan_notes(const spec::ModelSpec& m, const spec::TrainingSpec&, const plan::Plan& p) {
+  std::vector<std::string> notes;
+  if (auto model = torchtitan_model(m))
+    notes.push_back(fmt::format("--module {} --config {}: torchtitan's config for this shape (flavor {}); the "
+                                "overrides replace its parallelism, batch and checkpointing",
+                                model->module, model->config, model->flavor));
+  else
+    notes.push_back(torchtitan_missing_model(m).note);
+  if (p.pp > 1)
+    notes.push_back("--training.disable_cuda_graphs: torchtitan captures forward and backward in a CUDA graph by "
+                    "default and refuses that with pipeline parallelism");
+  notes.push_back("torchtitan batches by tokens: micro batch = num_tokens_per_microbatch_per_dp_rank / "
+                  "max_context_length");
+  return notes;
 }
 
 Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spec::ModelSpec& m,
@@ -118,6 +141,13 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   ImportedJob out;
   plan::Plan& p = out.plan;
   const int64_t layers = m.num_layers;
+  if (auto config = f.string("--config")) {
+    // The config builds the model; the plan is for `m`, so the two must be the same shape.
+    if (auto known = torchtitan_config(*config); known && torchtitan_model(m) != known)
+      return fail("--config", fmt::format("{} builds torchtitan's llama3 {} ({} layers, hidden {}), not {} ({} layers, "
+                                          "hidden {})", *config, known->flavor, known->num_layers, known->hidden_size,
+                                          m.name, m.num_layers, m.hidden_size));
+  }
   MIST_TRY(auto cp, f.integer("--parallelism.context_parallel_degree", 1, 1024));
   if (cp.value_or(1) > 1) return fail("--parallelism.context_parallel_degree", "mist's plans have no context parallelism");
   if (f.has("--parallelism.module_fqns_per_model_part"))

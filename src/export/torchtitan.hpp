@@ -15,8 +15,10 @@ namespace mist::engines {
 
 // The overrides for a plan torchtitan can run (expressible(p, Engine::kTorchtitan, ..., &t)); the
 // activation checkpointing policy is the tyro subcommand "activation-checkpoint:none|full", last.
-std::vector<Option> torchtitan_options(const spec::TrainingSpec& t, const plan::Plan& p);
-std::vector<std::string> torchtitan_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t);
+// --module and --config come first: torchtitan's config for the model's shape, or the one the notes
+// ask the user to add (torchtitan_models.hpp).
+std::vector<Option> torchtitan_options(const spec::ModelSpec& m, const spec::TrainingSpec& t, const plan::Plan& p);
+std::vector<std::string> torchtitan_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t, const plan::Plan& p);
 
 // Overrides (hyphens or underscores, as tyro takes both) as a plan for `m` on `c`. Options not
 // given take torchtitan's dataclass defaults, which a recipe may have changed: give them all.

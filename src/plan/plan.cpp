@@ -142,7 +142,12 @@ Json plan_to_json(const Plan& p) {
               {"stages", stages}};
 }
 
-Result<void> validate_precision(const spec::ClusterSpec& c, const spec::TrainingSpec& t) {
+Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t) {
+  if (m.positions == spec::Positions::kLearned && t.seq_length > m.max_position_embeddings)
+    return fail("training.seq_length",
+                fmt::format("{} tokens exceed the {} rows of {}'s learned position table "
+                            "(max_position_embeddings); a longer sequence needs a larger table, that is another model",
+                            t.seq_length, m.max_position_embeddings, m.name));
   const auto& g = c.gpu;
   if (t.precision == spec::Dtype::kBf16 && g.bf16_flops <= 0)
     return fail("training.precision",
@@ -204,7 +209,7 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
                   fmt::format("the interleaved schedule needs the micro-batch count ({}) to be a multiple "
                               "of pp ({})", p.grad_accum_steps, p.pp));
   }
-  MIST_CHECK(validate_precision(c, t));
+  MIST_CHECK(validate_training(m, c, t));
   return {};
 }
 

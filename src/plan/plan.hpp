@@ -74,8 +74,10 @@ Json plan_to_json(const Plan& p);
 // "plan.stages: layers add up to 30 but the model has 32".
 Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                            const spec::TrainingSpec& t);
-// Checks that the GPU supports the training precision (bf16 needs Ampere or later).
-Result<void> validate_precision(const spec::ClusterSpec& c, const spec::TrainingSpec& t);
+// Checks the training settings against the model and the GPU: the GPU supports the precision
+// (bf16 needs Ampere or later), and a learned position table has a row for every position of the
+// sequence (rotary positions have no table and no limit).
+Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t);
 
 // The even split of `layers` blocks over `pp` stages: earlier stages take the remainder. The one
 // home of the rule (uniform plans, the tuner's uniform split, engines' default splits, published

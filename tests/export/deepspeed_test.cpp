@@ -61,7 +61,7 @@ TEST(DeepSpeed, DataParallelZero3WithParameterAndPartialOptimizerOffload) {
                                       "--pipeline-model-parallel-size 1", "--no-pipeline-parallel",
                                       "--micro-batch-size 4", "--global-batch-size 256", "--seq-length 4096",
                                       "--zero-stage 3", "--recompute-granularity full", "--recompute-method block",
-                                      "--recompute-num-layers 10", "--fp16"};
+                                      "--recompute-num-layers 10", "--cpu-optimizer", "--fp16"};
   ASSERT_GE(got.size(), head.size());
   EXPECT_EQ(std::vector<std::string>(got.begin(), got.begin() + static_cast<long>(head.size())), head);
   for (const char* f : {"--num-layers 32", "--normalization rmsnorm", "--swiglu", "--use-rotary-position-embeddings",

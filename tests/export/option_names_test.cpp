@@ -42,7 +42,8 @@ const std::set<std::string> kMegatronDeepSpeedNames{
     "--no-pipeline-parallel", "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel",
     "--ds-sequence-parallel-size", "--micro-batch-size", "--global-batch-size", "--seq-length", "--zero-stage",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-activations",
-    "--checkpoint-activations", "--checkpoint-num-layers", "--deepspeed-activation-checkpointing", "--bf16", "--fp16",
+    "--checkpoint-activations", "--checkpoint-num-layers", "--deepspeed-activation-checkpointing", "--cpu-optimizer",
+    "--bf16", "--fp16",
     "--optimizer", "--hidden-dropout", "--attention-dropout", "--num-layers", "--hidden-size", "--ffn-hidden-size",
     "--num-attention-heads", "--num-key-value-heads", "--max-position-embeddings", "--normalization", "--swiglu",
     "--use-rotary-position-embeddings", "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
@@ -60,9 +61,11 @@ const std::set<std::string> kDeepSpeedKeys{
 
 // pytorch/torchtitan @ b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (2026-08-21): torchtitan/config/configs.py,
 // every name in the frozen list of tests/unit_tests/test_no_new_cli_options.py; the subcommands from
-// torchtitan/distributed/activation_checkpoint.py (ActivationCheckpointingConfig).
+// torchtitan/distributed/activation_checkpoint.py (ActivationCheckpointingConfig); --module and --config
+// from torchtitan/config/manager.py (ConfigManager, read before the overrides).
 constexpr std::string_view kTorchtitanCommit = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a";
 const std::set<std::string> kTorchtitanNames{
+    "--module", "--config", "--training.disable_cuda_graphs",
     "--parallelism.data_parallel_replicate_degree", "--parallelism.data_parallel_shard_degree",
     "--parallelism.fsdp_reshard_after_forward", "--parallelism.tensor_parallel_degree",
     "--parallelism.enable_sequence_parallel", "--parallelism.no_enable_sequence_parallel",
@@ -136,7 +139,8 @@ TEST(OptionNames, EveryExportedNameOverManyPlansIsAChecked) {
   // The plans reach the options that carry plan knobs.
   for (const char* n : {"--recompute-num-layers", "--use-megatron-fsdp", "--optimizer-offload-fraction",
                         "--num-virtual-stages-per-pipeline-rank", "--checkpoint-activations", "--zero-stage",
-                        "--parallelism.fsdp_reshard_after_forward", "activation-checkpoint:full"})
+                        "--parallelism.fsdp_reshard_after_forward", "activation-checkpoint:full", "--cpu-optimizer",
+                        "--training.disable_cuda_graphs", "--module"})
     EXPECT_TRUE(seen.contains(n)) << n;
 }
 

@@ -28,7 +28,8 @@ TEST(Torchtitan, FsdpWithTensorParallelAndFullCheckpointing) {
   p.grad_accumulation_fusion = false;  // PyTorch's AccumulateGrad
   p.async_tp_backward = false;         // DTensor's backward collectives are synchronous
   EXPECT_EQ(lines(model("llama3-8b"), cluster(1, 8), training(256, 4096), p),
-            (std::vector<std::string>{"--parallelism.data_parallel_replicate_degree 1",
+            (std::vector<std::string>{"--module llama3", "--config llama3_8b",
+                                      "--parallelism.data_parallel_replicate_degree 1",
                                       "--parallelism.data_parallel_shard_degree 4",
                                       "--parallelism.fsdp_reshard_after_forward always",
                                       "--parallelism.tensor_parallel_degree 2",
@@ -58,6 +59,7 @@ TEST(Torchtitan, ReplicatedPipelineWithEvenAndDefaultSplits) {
                                       "--parallelism.pipeline_parallel_first_stage_less_layers 0",
                                       "--parallelism.pipeline_parallel_last_stage_less_layers 0",
                                       "--parallelism.num_pp_microbatches 256",
+                                      "--training.disable_cuda_graphs",
                                       "--training.num_tokens_per_microbatch_per_dp_rank 2048",
                                       "--training.num_tokens_per_train_step 1048576",
                                       "--training.max_context_length 2048",
@@ -88,6 +90,7 @@ TEST(Torchtitan, InterleavedScheduleAndAsyncTensorParallel) {
                                            "--parallelism.pipeline_parallel_first_stage_less_layers 0",
                                            "--parallelism.pipeline_parallel_last_stage_less_layers 0",
                                            "--parallelism.num_pp_microbatches 128",
+                                           "--training.disable_cuda_graphs",
                                            "--training.num_tokens_per_microbatch_per_dp_rank 4096",
                                            "--training.num_tokens_per_train_step 1048576",
                                            "--training.max_context_length 2048",

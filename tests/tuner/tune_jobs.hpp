@@ -43,6 +43,7 @@ inline spec::ModelSpec small_gpt(int64_t layers, int64_t hidden) {
   m.num_heads = hidden / 128;
   m.num_kv_heads = m.num_heads;
   m.ffn_hidden_size = 4 * hidden;
+  m.max_position_embeddings = 4096;  // learned positions: a row for every position of the longest job here
   return m;
 }
 
