@@ -19,6 +19,11 @@ struct PreparedJob::Cache {
 Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
                                         TimeConstants constants, Calibration calibration, spec::Engine engine) {
   MIST_CHECK(plan::validate_training(model, cluster, training));
+  if (training.compile && engine != spec::Engine::kTorchtitan)
+    return fail("training.compile",
+                fmt::format("mist models torch.compile as torchtitan applies it (each block compiled); {} runs "
+                            "eager kernels, fused by its own extensions: use --engine torchtitan or leave it false",
+                            spec::display_name(engine)));
   auto inputs =
       std::make_shared<const Inputs>(Inputs{std::move(model), std::move(cluster), std::move(training), engine});
   return PreparedJob(std::move(inputs), std::make_shared<Cache>(), std::move(constants), std::move(calibration));

@@ -83,6 +83,7 @@ std::string stated_training(const engines::TrainingOverrides& t) {
   if (t.precision) parts.push_back(fmt::format("precision {}", spec::to_string(*t.precision)));
   if (t.optimizer) parts.push_back(fmt::format("optimizer {}", spec::to_string(*t.optimizer)));
   if (t.dropout) parts.push_back(fmt::format("dropout {}", *t.dropout));
+  if (t.compile) parts.push_back(fmt::format("compile {}", *t.compile));
   return join(parts);
 }
 

@@ -247,7 +247,7 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
                "which mist's plan does not describe");
 }
 
-void torchtitan_rules(Walk& w) {
+void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
   one_zero_level(w, Engine::kTorchtitan);
   if (w.p.stages[0].zero == 1)
     set_zero(w, 2, "torchtitan's FSDP2 has no optimizer-only sharding; without resharding after forward it "
@@ -277,6 +277,10 @@ void torchtitan_rules(Walk& w) {
   if (w.p.grad_accum_steps > 1)
     set_flag(w, &Plan::grad_accumulation_fusion, false, "plan.grad_accumulation_fusion",
              "PyTorch accumulates each micro-batch's gradients with a separate add (AccumulateGrad)");
+  if (w.p.overlap_tp_comm && t && !t->compile)
+    set_flag(w, &Plan::overlap_tp_comm, false, "plan.overlap_tp_comm",
+             "torchtitan's async TP runs inside torch.compile (compile.enable_async_tensor_parallel needs "
+             "compile.enable), and training.compile is false");
   if (w.p.tp > 1)
     set_flag(w, &Plan::async_tp_backward, false, "plan.async_tp_backward",
              "torchtitan's tensor-parallel backward collectives are synchronous (only async TP, overlap_tp_comm, "
@@ -308,7 +312,7 @@ Walk walk(const Plan& p, Engine e, const spec::TrainingSpec* t) {
   switch (e) {
     case Engine::kMegatron: megatron_rules(w, t); break;
     case Engine::kDeepSpeed: deepspeed_rules(w, t); break;
-    case Engine::kTorchtitan: torchtitan_rules(w); break;
+    case Engine::kTorchtitan: torchtitan_rules(w, t); break;
   }
   return w;
 }

@@ -33,6 +33,7 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (precision) base.precision = *precision;
   if (optimizer) base.optimizer = *optimizer;
   if (dropout) base.dropout = *dropout;
+  if (compile) base.compile = *compile;
   return base;
 }
 

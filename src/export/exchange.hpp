@@ -65,6 +65,7 @@ struct TrainingOverrides {
   std::optional<spec::Dtype> precision;
   std::optional<spec::Optimizer> optimizer;
   std::optional<bool> dropout;
+  std::optional<bool> compile;
   // `base` with the stated settings replacing its own.
   spec::TrainingSpec applied_to(spec::TrainingSpec base) const;
 };

@@ -100,10 +100,8 @@ std::vector<Option> torchtitan_options(const spec::ModelSpec& m, const spec::Tra
   add(o, "--training.mixed_precision_param",
       std::string(t.precision == spec::Dtype::kFp32 ? "float32" : "bfloat16"));
   if (p.stages.front().offload.weights > 0) add(o, "--training.enable_cpu_offload");
-  if (p.overlap_tp_comm && p.tp > 1) {
-    add(o, "--compile.enable");  // async TP needs the model compiled (CompileConfig)
-    add(o, "--compile.enable_async_tensor_parallel");
-  }
+  if (t.compile) add(o, "--compile.enable");
+  if (p.overlap_tp_comm && p.tp > 1) add(o, "--compile.enable_async_tensor_parallel");  // needs compile (rules)
   add(o, p.stages.front().ckpt_layers > 0              ? "activation-checkpoint:full"
          : p.recompute == plan::Recompute::kSelective ? "activation-checkpoint:selective"
                                                       : "activation-checkpoint:none");
@@ -256,6 +254,9 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   p.overlap_grad_reduce = true;
   p.overlap_param_gather = true;
   p.overlap_tp_comm = f.has("--compile.enable_async_tensor_parallel");
+  if (f.has("--compile.enable")) out.training.compile = true;
+  else if (p.overlap_tp_comm)
+    return fail("--compile.enable_async_tensor_parallel", "needs --compile.enable (async TP runs in the compiled model)");
   if (auto note = detail::ignored_note(f)) out.notes.push_back(*note);
   p.grad_accumulation_fusion = p.grad_accum_steps == 1;  // PyTorch's AccumulateGrad adds them separately
   p.async_tp_backward = false;                           // DTensor's backward collectives are synchronous

@@ -86,6 +86,9 @@ struct Layer {
   std::vector<Tensor> tensors;
   std::vector<Op> ops;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;
+  // Compiled by torch.compile (LoweringOptions::compiled_blocks): AOTAutograd's partitioner keeps,
+  // of the outputs a selective policy marks to save, only those its backward reads.
+  bool compiled = false;
   int input = -1;   // tensor id of the layer input (produced upstream)
   int output = -1;  // tensor id passed downstream
 
@@ -107,9 +110,16 @@ struct LoweringOptions {
   // F.cross_entropy (log-softmax then NLL), which keeps the log-softmax for backward.
   bool fused_cross_entropy = true;
   // Eager PyTorch without torch.compile (torchtitan's default): RMSNorm, rotary embedding and SwiGLU
-  // run as one kernel per elementwise step, RMSNorm and rotary in fp32; GQA's k and v are repeated
-  // to every head and the attention output is made contiguous, each a copy.
+  // run as one kernel per elementwise step, RMSNorm and rotary in fp32, and autograd keeps the
+  // steps' inputs.
   bool eager_elementwise = false;
+  // torchtitan's Attention: GQA's k and v repeated to every head before SDPA (repeat_kv) and the
+  // attention output made contiguous, each a copy, compiled or not.
+  bool copies_around_attention = false;
+  // torch.compile of every block (torchtitan's compile.enable: apply_compile wraps each
+  // TransformerBlock): inside the blocks each elementwise chain is one generated kernel that keeps
+  // what a fused kernel keeps (eager_elementwise off); the embedding and the head stay eager.
+  bool compiled_blocks = false;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;  // the blocks' policy
 };
 

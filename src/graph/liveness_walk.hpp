@@ -85,13 +85,31 @@ struct Walk {
   bool whole_layer_policy() const { return L.selective == SelectivePolicy::kSaveOddMatmuls; }
 
   // Under torchtitan's op-level policy: the checkpoint's input and the outputs of the ops it keeps.
+  // Eager PyTorch caches every such output; a compiled layer keeps only those its backward reads.
   std::set<int> kept_outputs() const {
+    const std::set<int> read = L.compiled ? read_by_backward() : std::set<int>{};
     std::set<int> out;
     for (const auto& op : L.ops)
       if (!op.selective_recompute && op.kind != OpKind::kView)
         for (int t : op.outputs)
-          if (!is_view(t)) out.insert(t);
+          if (!is_view(t) && (!L.compiled || read.count(t))) out.insert(t);
     return out;
+  }
+
+  // Storages the backward reads: what any op saves, and the inputs of the recomputed ops that
+  // produce them (recompute runs from there), transitively.
+  std::set<int> read_by_backward() const {
+    std::set<int> read;
+    for (const auto& op : L.ops)
+      for (int t : op.saved) read.insert(storage(t));
+    for (auto it = L.ops.rbegin(); it != L.ops.rend(); ++it) {
+      if (!it->selective_recompute) continue;
+      bool feeds = false;
+      for (int t : it->outputs) feeds |= read.count(storage(t)) > 0;
+      if (feeds)
+        for (int t : it->inputs) read.insert(storage(t));
+    }
+    return read;
   }
 
   std::set<int> saved_storages(bool selective) const {

@@ -276,7 +276,7 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
   }
   // Without flash attention, and in torchtitan (its repeat_kv before SDPA), k and v are copied to
   // every query head.
-  if ((!o.flash_attention || o.eager_elementwise) && m.num_kv_heads != m.num_heads) {
+  if ((!o.flash_attention || o.copies_around_attention) && m.num_kv_heads != m.num_heads) {
     int ke = B.tensor("attn.k_expanded", q_bytes), ve = B.tensor("attn.v_expanded", q_bytes);
     Op& e = B.op("attn.expand_kv", OpKind::kRepeat, {k, v}, {ke, ve}, {});
     e.attention_core = true;
@@ -289,7 +289,7 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     v = ve;
   }
   int ctx = attention_core(B, q, k, v);
-  if (o.eager_elementwise) {
+  if (o.copies_around_attention) {
     // output.transpose(1, 2).contiguous(): the kernel's (b, heads, s, d) layout copied to (b, s, h).
     int c = B.tensor("attn.core.contiguous", q_bytes);
     Op& cp = B.op("attn.contiguous", OpKind::kCopy, {ctx}, {c}, {});
@@ -465,6 +465,8 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.act_bytes = spec::dtype_bytes(training.precision);
   if (engine == spec::Engine::kTorchtitan) {
     o.eager_elementwise = true;
+    o.copies_around_attention = true;
+    o.compiled_blocks = training.compile;
     o.fused_projections = false;
     o.fused_cross_entropy = false;
     o.selective = SelectivePolicy::kSaveOddMatmuls;
@@ -492,7 +494,10 @@ LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringO
   LoweredModel lm;
   lm.options = opts;
   lm.embedding = lower_embedding(m, opts);
-  lm.block = lower_block(m, opts);
+  LoweringOptions block_opts = opts;
+  if (opts.compiled_blocks) block_opts.eager_elementwise = false;
+  lm.block = lower_block(m, block_opts);
+  lm.block.compiled = opts.compiled_blocks;
   lm.head = lower_head(m, opts);
   // The engines checkpoint blocks only: the embedding and the head keep what they save.
   mark_selective_recompute(lm.embedding, SelectivePolicy::kAttentionCore);

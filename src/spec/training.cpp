@@ -23,7 +23,7 @@ Dtype parse_dtype(const std::string& s) {
 Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) {
   MIST_TRY(JsonFields f, JsonFields::of(j, what));
   MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "optimizer",
-                                    "flash_attention", "dropout", "grad_dtype"}));
+                                    "flash_attention", "dropout", "grad_dtype", "compile"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
   MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
@@ -32,6 +32,7 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_TRY(std::string optimizer, f.choice_or("optimizer", "adamw", {"adamw", "sgd"}));
   MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
   MIST_TRY(t.dropout, f.boolean_or("dropout", false));
+  MIST_TRY(t.compile, f.boolean_or("compile", false));
   t.precision = parse_dtype(precision);
   t.grad_dtype = parse_dtype(grad);
   t.grad_dtype_stated.value = f.has("grad_dtype");
@@ -55,7 +56,8 @@ Json training_to_json(const TrainingSpec& t) {
               {"grad_dtype", to_string(t.grad_dtype)},
               {"optimizer", to_string(t.optimizer)},
               {"flash_attention", t.flash_attention},
-              {"dropout", t.dropout}};
+              {"dropout", t.dropout},
+              {"compile", t.compile}};
 }
 
 Result<TrainingSpec> load_training(const std::string& path) {

@@ -21,6 +21,7 @@ struct TrainingSpec {
   Optimizer optimizer = Optimizer::kAdamW;
   bool flash_attention = true;
   bool dropout = false;
+  bool compile = false;  // torch.compile of the model's blocks (torchtitan's compile.enable)
 
   bool mixed_precision() const { return precision != Dtype::kFp32; }
   bool operator==(const TrainingSpec&) const = default;

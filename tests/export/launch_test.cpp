@@ -170,5 +170,31 @@ TEST(Launch, TorchtitanNamesItsModelOrSaysWhatToAdd) {
   EXPECT_EQ(other.error().path, "--config");
 }
 
+// torch.compile: training.compile is torchtitan's --compile.enable both ways, and async TP (which
+// runs in the compiled model) needs it.
+TEST(Launch, TorchtitanCompileAndAsyncTensorParallel) {
+  const auto m = model("llama3-8b");
+  const auto c = cluster(1, 8, "H100-SXM5-80GB");
+  auto t = training(16, 4096);
+  auto p = testing::plan(4, 2, {32}, 1, 4, /*zero=*/3);
+  p.sequence_parallel = p.overlap_tp_comm = true;
+  const auto eager = exported(Engine::kTorchtitan, m, c, t, p);  // the nearest plan drops async TP
+  EXPECT_FALSE(value(eager, "--compile.enable"));
+  EXPECT_FALSE(value(eager, "--compile.enable_async_tensor_parallel"));
+  EXPECT_FALSE(nearest_expressible(p, Engine::kTorchtitan, &t).plan.overlap_tp_comm);
+  t.compile = true;
+  const auto compiled = exported(Engine::kTorchtitan, m, c, t, p);
+  EXPECT_TRUE(value(compiled, "--compile.enable"));
+  EXPECT_TRUE(value(compiled, "--compile.enable_async_tensor_parallel"));
+  auto back = import_torchtitan_overrides(render_options(compiled.options), m, c);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->training.compile, true);
+  EXPECT_TRUE(back->plan.overlap_tp_comm);
+  auto no_compile = import_torchtitan_overrides(
+      "--parallelism.tensor_parallel_degree 2 --compile.enable_async_tensor_parallel", m, c);
+  ASSERT_FALSE(no_compile);
+  EXPECT_EQ(no_compile.error().path, "--compile.enable_async_tensor_parallel");
+}
+
 }  // namespace
 }  // namespace mist::engines

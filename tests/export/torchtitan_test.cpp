@@ -78,7 +78,9 @@ TEST(Torchtitan, InterleavedScheduleAndAsyncTensorParallel) {
   p.virtual_pipeline_stages = 2;
   p.sequence_parallel = p.overlap_tp_comm = true;
   p.grad_accumulation_fusion = p.async_tp_backward = false;
-  auto got = lines(model("gpt3-13b"), cluster(2, 8), training(512, 2048), p);
+  auto t = training(512, 2048);
+  t.compile = true;  // async TP runs in the compiled model
+  auto got = lines(model("gpt3-13b"), cluster(2, 8), t, p);
   EXPECT_EQ(got, (std::vector<std::string>{"--parallelism.data_parallel_replicate_degree 1",
                                            "--parallelism.data_parallel_shard_degree 2",
                                            "--parallelism.fsdp_reshard_after_forward never",

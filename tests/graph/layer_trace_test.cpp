@@ -49,6 +49,7 @@ LoweringOptions options(bool torchtitan, bool sp) {
     o.fused_projections = false;
     o.fused_cross_entropy = false;
     o.eager_elementwise = true;
+    o.copies_around_attention = true;
     o.selective = SelectivePolicy::kSaveOddMatmuls;
   }
   return o;

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "graph/liveness.hpp"
@@ -186,6 +188,41 @@ TEST(Lowering, TorchtitanSelectivePolicyKeepsEveryOtherMatmul) {
   // Megatron's policy (and lowering) is unchanged by the engine option's default.
   const auto mega = lower(m, t.seq_length, lowering_options(t, false));
   for (const auto& op : mega.block.ops) EXPECT_EQ(op.selective_recompute, op.attention_core) << op.name;
+}
+
+// torch.compile of the blocks (training.compile): one kernel per elementwise chain, and AOTAutograd
+// keeps of the policy's outputs only those the backward reads: w2's output feeds the residual sum
+// alone, whose backward reads nothing, so a compiled block drops it. The head stays eager.
+TEST(Lowering, CompiledTorchtitanBlocksFuseAndKeepWhatTheBackwardReads) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  spec::TrainingSpec t;
+  t.precision = spec::Dtype::kBf16;
+  t.seq_length = 8192;
+  const auto eager = lower(m, t.seq_length, lowering_options(t, false, spec::Engine::kTorchtitan));
+  t.compile = true;
+  const auto compiled = lower(m, t.seq_length, lowering_options(t, false, spec::Engine::kTorchtitan));
+  EXPECT_TRUE(compiled.block.compiled);
+  EXPECT_FALSE(eager.block.compiled);
+  for (const auto& op : compiled.block.ops)  // repeat_kv copies k and v: two tensors, two kernels
+    EXPECT_EQ(op.stream_kernels, op.name == "attn.expand_kv" ? 2 : 1) << op.name;
+  int eager_kernels = 0;
+  for (const auto& op : eager.block.ops) eager_kernels += op.stream_kernels;
+  EXPECT_GT(eager_kernels, static_cast<int>(eager.block.ops.size()) + 10);
+  // The copies around attention stay (repeat_kv, contiguous), compiled or not.
+  auto has = [](const Layer& l, const std::string& name) {
+    return std::ranges::any_of(l.ops, [&](const Op& op) { return op.name == name; });
+  };
+  EXPECT_TRUE(has(compiled.block, "attn.expand_kv") && has(compiled.block, "attn.contiguous"));
+  // The head is not compiled (torchtitan's apply_compile wraps the blocks only).
+  EXPECT_EQ(compiled.head.ops.front().stream_kernels, eager.head.ops.front().stream_kernels);
+  EXPECT_GT(compiled.head.ops.front().stream_kernels, 1);
+  sym::Bindings b = compiled.dims;
+  b["b"] = 1;
+  b["t"] = 1;
+  const double s = 8192, h = 4096;
+  const auto a_eager = analyze_activations(eager.block, eager.dims);
+  const auto a_compiled = analyze_activations(compiled.block, compiled.dims);
+  EXPECT_DOUBLE_EQ(eval(a_eager.saved_selective, b) - eval(a_compiled.saved_selective, b), s * 2 * h);
 }
 
 }  // namespace

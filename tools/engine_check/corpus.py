@@ -1,0 +1,108 @@
+"""The jobs the harness tunes and exports. Each job is tuned with `mist tune --engine E` unless it
+gives a plan, which is exported as it is (to force pipeline parallelism, ZeRO, offload, recompute
+or virtual stages). A plan the engine cannot run is refused by mist with its nearest plan, which
+the harness then exports (and says so)."""
+
+# A100/A10G/L4/L40S are Ampere/Ada (arch 8), H100/H200 Hopper (9), B200 Blackwell (10): Megatron-LM
+# reads the arch (torch.cuda.get_device_capability) for its CUDA_DEVICE_MAX_CONNECTIONS rule.
+GPU_ARCH = {"V100-SXM2-32GB": 7, "A100-SXM4-40GB": 8, "A100-SXM4-80GB": 8, "A10G-24GB": 8, "L4-24GB": 8,
+            "L40S-48GB": 8, "H100-SXM5-80GB": 9, "H100-SXM5-96GB": 9, "H100-PCIe-80GB": 9,
+            "H200-SXM-141GB": 9, "B200-SXM-180GB": 10}
+
+
+def job(name, engine, model, gpu, gpus, gbs, seq, plan=None, gpus_per_node=8, optimizer="adamw",
+        precision="bf16"):
+    nodes = max(1, gpus // gpus_per_node)
+    per_node = gpus if gpus < gpus_per_node else gpus_per_node
+    return {"name": name, "engine": engine, "model": model,
+            "cluster": {"gpu": gpu, "nodes": nodes, "gpus_per_node": per_node},
+            "training": {"global_batch_size": gbs, "seq_length": seq, "precision": precision,
+                         "optimizer": optimizer, "flash_attention": True},
+            "plan": plan}
+
+
+def stages(layers, pp, zero=0, ckpt=0, offload=None):
+    per = [layers // pp + (1 if i < layers % pp else 0) for i in range(pp)]
+    out = []
+    for n in per:
+        s = {"num_layers": n, "zero": zero, "ckpt_layers": min(ckpt, n)}
+        if offload:
+            s["offload"] = dict(offload)
+        out.append(s)
+    return out
+
+
+def plan(dp, tp, pp, mbs, gas, layers, zero=0, ckpt=0, offload=None, v=1, recompute=None, sp=None):
+    p = {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1 if sp is None else sp,
+         "micro_batch_size": mbs, "grad_accum_steps": gas, "stages": stages(layers, pp, zero, ckpt, offload)}
+    if v > 1:
+        p["virtual_pipeline_stages"] = v
+    if recompute:
+        p["recompute"] = recompute
+    return p
+
+
+OPT = {"weights": 0, "gradients": 0, "optimizer_states": 1, "activations": 0}
+ALL = {"weights": 1, "gradients": 1, "optimizer_states": 1, "activations": 0}
+
+JOBS = [
+    # Megatron-LM
+    job("mlm-llama2-7b-8xA100-s4096", "megatron", "llama2-7b", "A100-SXM4-80GB", 8, 256, 4096),
+    job("mlm-llama2-7b-8xH100-s8192", "megatron", "llama2-7b", "H100-SXM5-80GB", 8, 128, 8192),
+    job("mlm-llama3-8b-8xH100-s8192", "megatron", "llama3-8b", "H100-SXM5-80GB", 8, 256, 8192),
+    job("mlm-llama3-70b-32xH100-s4096", "megatron", "llama3-70b", "H100-SXM5-80GB", 32, 512, 4096),
+    job("mlm-gpt3-13b-16xA100-s2048", "megatron", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048),
+    job("mlm-gpt3-1.3b-4xA100-40-s2048", "megatron", "gpt3-1.3b", "A100-SXM4-40GB", 4, 256, 2048),
+    job("mlm-gpt3-6.7b-8xL40S-s2048", "megatron", "gpt3-6.7b", "L40S-48GB", 8, 256, 2048),
+    job("mlm-llama2-13b-8xA100-40-s4096", "megatron", "llama2-13b", "A100-SXM4-40GB", 8, 128, 4096),
+    job("mlm-gpt3-13b-pp2-recompute", "megatron", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048,
+        plan=plan(2, 4, 2, 2, 128, 40, zero=1, ckpt=6)),
+    job("mlm-llama2-7b-zero1-optoffload", "megatron", "llama2-7b", "A100-SXM4-80GB", 8, 64, 4096,
+        plan=plan(4, 2, 1, 1, 16, 32, zero=1, offload={**OPT, "optimizer_states": 0.5})),
+    job("mlm-llama3-8b-pp4-v2", "megatron", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=plan(1, 2, 4, 1, 64, 32, zero=1, v=2)),
+    job("mlm-llama2-7b-zero3-fsdp", "megatron", "llama2-7b", "H100-SXM5-80GB", 8, 64, 4096,
+        plan=plan(8, 1, 1, 1, 8, 32, zero=3)),
+    job("mlm-llama2-7b-actoffload", "megatron", "llama2-7b", "A100-SXM4-80GB", 8, 64, 4096,
+        plan=plan(4, 2, 1, 1, 16, 32, zero=1, offload={"weights": 0, "gradients": 0, "optimizer_states": 0,
+                                                        "activations": 0.25})),
+    job("mlm-llama2-7b-selective-tp4", "megatron", "llama2-7b", "A100-SXM4-80GB", 8, 64, 4096,
+        plan=plan(2, 4, 1, 2, 16, 32, zero=1, recompute="selective")),
+    # DeepSpeed (Megatron-DeepSpeed + DeepSpeed)
+    job("ds-llama2-7b-8xA100-s4096", "deepspeed", "llama2-7b", "A100-SXM4-80GB", 8, 256, 4096),
+    job("ds-gpt3-13b-16xA100-s2048", "deepspeed", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048),
+    job("ds-llama3-8b-8xH100-s8192", "deepspeed", "llama3-8b", "H100-SXM5-80GB", 8, 256, 8192),
+    job("ds-gpt3-1.3b-4xA10G-s2048", "deepspeed", "gpt3-1.3b", "A10G-24GB", 4, 128, 2048),
+    job("ds-llama2-13b-8xL4-s4096", "deepspeed", "llama2-13b", "L4-24GB", 8, 64, 4096),
+    job("ds-llama3-70b-32xH100-s4096", "deepspeed", "llama3-70b", "H100-SXM5-80GB", 32, 512, 4096),
+    job("ds-llama2-7b-zero2-optoffload", "deepspeed", "llama2-7b", "A100-SXM4-80GB", 8, 64, 4096,
+        plan=plan(8, 1, 1, 1, 8, 32, zero=2, offload=OPT)),
+    job("ds-llama2-7b-zero3-offload-all", "deepspeed", "llama2-7b", "A100-SXM4-40GB", 8, 64, 4096,
+        plan=plan(8, 1, 1, 1, 8, 32, zero=3, offload={**ALL, "gradients": 0})),
+    job("ds-gpt3-13b-pp2-tp4-recompute", "deepspeed", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048,
+        plan=plan(2, 4, 2, 2, 128, 40, zero=1, ckpt=20)),
+    job("ds-llama3-8b-tp2-selective", "deepspeed", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=plan(4, 2, 1, 1, 16, 32, zero=1, recompute="selective")),
+    job("ds-llama2-7b-zero0-tp8", "deepspeed", "llama2-7b", "H100-SXM5-80GB", 8, 64, 4096,
+        plan=plan(1, 8, 1, 1, 64, 32, zero=0)),
+    job("ds-llama2-7b-zero0-pp2-tp4", "deepspeed", "llama2-7b", "H100-SXM5-80GB", 8, 64, 4096,
+        plan=plan(1, 4, 2, 1, 64, 32, zero=0)),
+    # torchtitan
+    job("tt-llama3-8b-8xH100-s8192", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 256, 8192),
+    job("tt-llama3-70b-32xH100-s8192", "torchtitan", "llama3-70b", "H100-SXM5-80GB", 32, 256, 8192),
+    job("tt-llama2-7b-8xA100-s4096", "torchtitan", "llama2-7b", "A100-SXM4-80GB", 8, 256, 4096),
+    job("tt-gpt3-13b-16xA100-s2048", "torchtitan", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048),
+    job("tt-llama3-8b-4xL4-s4096", "torchtitan", "llama3-8b", "L4-24GB", 4, 64, 4096),
+    job("tt-llama3-8b-pp2-zero2", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=plan(4, 1, 2, 1, 16, 32, zero=2)),
+    job("tt-llama3-8b-tp2-zero3-fullac", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=plan(4, 2, 1, 1, 16, 32, zero=3, ckpt=32)),
+    job("tt-llama3-8b-zero3-cpuoffload", "torchtitan", "llama3-8b", "A100-SXM4-40GB", 8, 64, 8192,
+        plan=plan(8, 1, 1, 1, 8, 32, zero=3, offload=ALL)),
+    job("tt-llama3-8b-tp4-ddp", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=plan(2, 4, 1, 1, 32, 32, zero=0)),
+    job("tt-llama3-70b-pp4-v2-tp8", "torchtitan", "llama3-70b", "H100-SXM5-80GB", 32, 64, 8192,
+        plan=plan(1, 8, 4, 1, 64, 80, zero=0, v=2)),
+    job("tt-llama3-8b-tp2-selective", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=plan(4, 2, 1, 1, 16, 32, zero=2, recompute="selective")),
+]

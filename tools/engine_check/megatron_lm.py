@@ -1,0 +1,78 @@
+"""Megatron-LM: parse_args (sys.argv = the export) + validate_args + core_transformer_config_from_args,
+under the export's environment, on rank 0 of the plan's world size."""
+import contextlib
+import io
+import os
+import sys
+
+import common
+import stubs
+
+# Flags a launch always adds and that say nothing about the plan: data (mock), tokenizer, the
+# learning-rate schedule, a run length. validate_args needs some of them.
+LAUNCH_FLAGS = [("--train-iters", "10"), ("--lr", "1e-4"), ("--mock-data", None),
+                ("--tokenizer-type", "NullTokenizer"), ("--vocab-size", "{vocab}")]
+
+
+# What a GPU install of Megatron-LM has (an NGC PyTorch container of the commit's time): the
+# version checks in validate_args and TransformerConfig read these.
+TE_VERSION = "2.8.0"
+TORCH_VERSION = "2.9.0"
+
+
+def setup(root):
+    stubs.torch_common()
+    stubs.stub_modules("Transformer Engine needs CUDA; a GPU install has it, and TransformerConfig checks "
+                       "its version (e.g. for rope fusion)", "transformer_engine", version=TE_VERSION)
+    stubs.stub_modules("apex needs CUDA; imported optionally", "apex")
+    sys.path.insert(0, root)
+    import megatron.core.utils as core_utils
+    from packaging.version import Version
+    stubs.force_attr(core_utils, "_torch_version", Version(TORCH_VERSION), "megatron.core.utils._torch_version",
+                     f"Debian's torch is 1.13; Megatron-LM's is_torch_min_version checks answer as torch {TORCH_VERSION}")
+    import megatron.training.arguments  # noqa: F401
+    import megatron.training.argument_utils  # noqa: F401
+    return root
+
+
+def check(item, root):
+    import megatron.core.utils as core_utils
+    import megatron.training.arguments as arguments
+    from megatron.training.argument_utils import core_transformer_config_from_args
+
+    env, words = common.parse_export(item["export"])
+    common.set_rank_env(env, item["world_size"], item["gpus_per_node"])
+    arch = item["gpu_arch"]
+    # torch.cuda.get_device_capability()[0] on the plan's GPU
+    for mod in (core_utils, arguments):
+        if hasattr(mod, "get_device_arch_version"):
+            stubs.force_attr(mod, "get_device_arch_version", lambda: arch, "megatron get_device_arch_version",
+                             "reads torch.cuda.get_device_properties; answers the plan's GPU's major arch")
+    notes = []
+    if "CUDA_DEVICE_MAX_CONNECTIONS" not in env:
+        notes.append("export sets no CUDA_DEVICE_MAX_CONNECTIONS")
+    sys.argv = ["pretrain_gpt.py"] + words + launch_flags(LAUNCH_FLAGS, words, item)
+    err = io.StringIO()
+    step = "parse_args"
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            args = arguments.parse_args()
+            step = "validate_args"
+            arguments.validate_args(args, {})
+            step = "core_transformer_config_from_args"
+            core_transformer_config_from_args(args)
+    except (Exception, SystemExit) as e:
+        r = common.rejection(e, [root], step)
+        if isinstance(e, SystemExit):
+            r["message"] = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else r["message"]
+        r["notes"] = notes
+        return r
+    return {"verdict": "ACCEPTED", "notes": notes}
+
+
+def launch_flags(flags, words, item):
+    out = []
+    for flag, value in flags:
+        if flag not in words:
+            out += [flag] + ([value.replace("{vocab}", str(item["vocab_size"]))] if value else [])
+    return out
