@@ -11,13 +11,13 @@ GPU_ARCH = {"V100-SXM2-32GB": 7, "A100-SXM4-40GB": 8, "A100-SXM4-80GB": 8, "A10G
 
 
 def job(name, engine, model, gpu, gpus, gbs, seq, plan=None, gpus_per_node=8, optimizer="adamw",
-        precision="bf16"):
+        precision="bf16", compile=False):
     nodes = max(1, gpus // gpus_per_node)
     per_node = gpus if gpus < gpus_per_node else gpus_per_node
     return {"name": name, "engine": engine, "model": model,
             "cluster": {"gpu": gpu, "nodes": nodes, "gpus_per_node": per_node},
             "training": {"global_batch_size": gbs, "seq_length": seq, "precision": precision,
-                         "optimizer": optimizer, "flash_attention": True},
+                         "optimizer": optimizer, "flash_attention": True, "compile": compile},
             "plan": plan}
 
 
@@ -55,6 +55,10 @@ JOBS = [
     job("mlm-gpt3-1.3b-4xA100-40-s2048", "megatron", "gpt3-1.3b", "A100-SXM4-40GB", 4, 256, 2048),
     job("mlm-gpt3-6.7b-8xL40S-s2048", "megatron", "gpt3-6.7b", "L40S-48GB", 8, 256, 2048),
     job("mlm-llama2-13b-8xA100-40-s4096", "megatron", "llama2-13b", "A100-SXM4-40GB", 8, 128, 4096),
+    job("mlm-llama3-8b-16xH100-s4096", "megatron", "llama3-8b", "H100-SXM5-80GB", 16, 512, 4096),
+    job("mlm-llama2-70b-64xA100-s4096", "megatron", "llama2-70b", "A100-SXM4-80GB", 64, 1024, 4096),
+    job("mlm-gpt3-2.7b-8xA10G-s2048", "megatron", "gpt3-2.7b", "A10G-24GB", 8, 256, 2048),
+    job("mlm-llama3-8b-8xB200-s8192", "megatron", "llama3-8b", "B200-SXM-180GB", 8, 256, 8192),
     job("mlm-gpt3-13b-pp2-recompute", "megatron", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048,
         plan=plan(2, 4, 2, 2, 128, 40, zero=1, ckpt=6)),
     job("mlm-llama2-7b-zero1-optoffload", "megatron", "llama2-7b", "A100-SXM4-80GB", 8, 64, 4096,
@@ -75,6 +79,10 @@ JOBS = [
     job("ds-gpt3-1.3b-4xA10G-s2048", "deepspeed", "gpt3-1.3b", "A10G-24GB", 4, 128, 2048),
     job("ds-llama2-13b-8xL4-s4096", "deepspeed", "llama2-13b", "L4-24GB", 8, 64, 4096),
     job("ds-llama3-70b-32xH100-s4096", "deepspeed", "llama3-70b", "H100-SXM5-80GB", 32, 512, 4096),
+    job("ds-llama2-70b-32xA100-s4096", "deepspeed", "llama2-70b", "A100-SXM4-80GB", 32, 512, 4096),
+    job("ds-gpt3-6.7b-8xH100-s2048", "deepspeed", "gpt3-6.7b", "H100-SXM5-80GB", 8, 256, 2048),
+    job("ds-llama3-8b-16xA100-40-s4096", "deepspeed", "llama3-8b", "A100-SXM4-40GB", 16, 256, 4096),
+    job("ds-gpt3-22b-16xA100-s2048", "deepspeed", "gpt3-22b", "A100-SXM4-80GB", 16, 512, 2048),
     job("ds-llama2-7b-zero2-optoffload", "deepspeed", "llama2-7b", "A100-SXM4-80GB", 8, 64, 4096,
         plan=plan(8, 1, 1, 1, 8, 32, zero=2, offload=OPT)),
     job("ds-llama2-7b-zero3-offload-all", "deepspeed", "llama2-7b", "A100-SXM4-40GB", 8, 64, 4096,
@@ -93,6 +101,12 @@ JOBS = [
     job("tt-llama2-7b-8xA100-s4096", "torchtitan", "llama2-7b", "A100-SXM4-80GB", 8, 256, 4096),
     job("tt-gpt3-13b-16xA100-s2048", "torchtitan", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048),
     job("tt-llama3-8b-4xL4-s4096", "torchtitan", "llama3-8b", "L4-24GB", 4, 64, 4096),
+    job("tt-llama3-8b-16xH100-s8192-compile", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 16, 256, 8192,
+        compile=True),
+    job("tt-llama3-70b-64xH100-s8192-compile", "torchtitan", "llama3-70b", "H100-SXM5-80GB", 64, 512, 8192,
+        compile=True),
+    job("tt-llama3-8b-8xH200-s8192", "torchtitan", "llama3-8b", "H200-SXM-141GB", 8, 128, 8192),
+    job("tt-llama3-8b-8xA100-s4096", "torchtitan", "llama3-8b", "A100-SXM4-80GB", 8, 256, 4096),
     job("tt-llama3-8b-pp2-zero2", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
         plan=plan(4, 1, 2, 1, 16, 32, zero=2)),
     job("tt-llama3-8b-tp2-zero3-fullac", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
