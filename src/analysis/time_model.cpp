@@ -36,6 +36,13 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
                                                                  : Collective::kReduceScatter;
       return hardware::collective_time(c, kind, tp, sym::evaluate_or_zero(cm.bytes, at), k.comm);
     };
+    if (op.exposed_comm) {
+      r.fwd_exposed += comm(op.fwd_comm);
+      r.bwd_exposed += comm(op.bwd_comm);
+      r.kernels_fwd += 1;
+      r.kernels_bwd += 1;
+      continue;  // no kernel of its own
+    }
     r.fwd_tp += comm(op.fwd_comm);
     const double grad_comm = comm(op.bwd_comm), regather = comm(op.bwd_regather);
     auto launches = [](const graph::TpComm& cm) { return cm.kind == graph::CommKind::kNone ? 0.0 : 1.0; };
@@ -196,14 +203,14 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double fwd_tp_ov = tp_hidden ? blk.fwd_tp : 0, bwd_tp_ov = tp_hidden ? blk.bwd_tp : 0;
   // Each pass over a layer takes at least what the host spends issuing its kernels.
   const double host = k.perf.host_per_kernel_s;
-  const double blk_fwd =
-      std::max(overlapped(blk.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp, host * blk.kernels_fwd);
-  const double recompute_full = blk.fwd + blk.fwd_tp;
+  const double blk_fwd = std::max(overlapped(blk.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp + blk.fwd_exposed,
+                                  host * blk.kernels_fwd);
+  const double recompute_full = blk.fwd + blk.fwd_tp + blk.fwd_exposed;
   const double blk_bwd_nc = std::max(overlapped(blk.bwd + (selective ? blk.core_fwd : 0), ag + rs + bwd_tp_ov,
-                                                w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp,
+                                                w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp + blk.bwd_exposed,
                                      host * (blk.kernels_bwd + (selective ? blk.kernels_core_fwd : 0)));
   const double blk_bwd_ck = std::max(overlapped(blk.bwd + recompute_full, ag + rs + bwd_tp_ov + fwd_tp_ov,
-                                                w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp,
+                                                w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp + blk.bwd_exposed,
                                      host * (blk.kernels_bwd + blk.kernels_fwd));
 
   auto edge_fwd = [&](const LayerTimes& x) { return std::max(x.fwd + x.fwd_tp, host * x.kernels_fwd); };
@@ -227,7 +234,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   s.bwd = bwd + accum;
   s.p2p = p2p_s;
   s.recompute = ck * recompute_full + (selective ? (l - ck) * blk.core_fwd : 0);
-  s.tp = l * (blk.fwd_tp + blk.bwd_tp) + ck * blk.fwd_tp;
+  s.tp = l * (blk.fwd_tp + blk.bwd_tp + blk.fwd_exposed + blk.bwd_exposed) + ck * (blk.fwd_tp + blk.fwd_exposed);
 
   // Once per iteration: gradient reduction (ZeRO-0/1), the all-gather of updated parameters
   // (ZeRO-1+; ZeRO-3 gathers per layer instead), the optimizer step, the tied-embedding sync.

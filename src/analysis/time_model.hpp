@@ -71,6 +71,9 @@ struct LayerTimes {
   // What the backward collectives add when each overlaps the GEMM it is launched against (the
   // plan's async_tp_backward): the time beyond that GEMM plus the interference while both run.
   double bwd_tp_async = 0;
+  // Collectives outside any GEMM (the MoE dispatcher's gather and scatter over the TP group): on
+  // the critical path whatever the plan overlaps.
+  double fwd_exposed = 0, bwd_exposed = 0;
   double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
   double params = 0;                // parameters held by one GPU
   double saved = 0;                 // activation bytes kept for backward

@@ -8,14 +8,17 @@ namespace mist::cli {
 namespace {
 
 std::string list_models() {
-  std::string out = fmt::format("{:<18} {:>7} {:>7} {:>6} {:>4} {:>7} {:>8} {:>9}  {}\n", "name", "layers", "hidden",
-                                "heads", "kv", "ffn", "vocab", "params", "family");
+  std::string out = fmt::format("{:<18} {:>7} {:>7} {:>6} {:>4} {:>9} {:>8} {:>9} {:>9}  {}\n", "name", "layers",
+                                "hidden", "heads", "kv", "ffn", "vocab", "params", "active", "family");
   for (const auto& n : spec::model_catalog_names()) {
     auto m = spec::catalog_model(n);
     if (!m) continue;
-    out += fmt::format("{:<18} {:>7} {:>7} {:>6} {:>4} {:>7} {:>8} {:>8.2f}B  {}\n", m->name, m->num_layers,
-                       m->hidden_size, m->num_heads, m->num_kv_heads, m->ffn_hidden_size, m->vocab_size,
-                       m->num_parameters() / 1e9, m->family);
+    // A mixture of experts lists its experts' width as experts x width.
+    const std::string ffn = m->is_moe() ? fmt::format("{}x{}", m->num_experts, m->moe_ffn_hidden_size)
+                                        : std::to_string(m->ffn_hidden_size);
+    out += fmt::format("{:<18} {:>7} {:>7} {:>6} {:>4} {:>9} {:>8} {:>8.2f}B {:>8.2f}B  {}\n", m->name, m->num_layers,
+                       m->hidden_size, m->num_heads, m->num_kv_heads, ffn, m->vocab_size, m->num_parameters() / 1e9,
+                       m->num_active_parameters() / 1e9, m->family);
   }
   return out;
 }

@@ -18,6 +18,12 @@ std::string format_bytes(double bytes) {
   return fmt::format("{:.0f} B", bytes);
 }
 
+std::string parameter_summary(const spec::ModelSpec& m) {
+  if (!m.is_moe()) return fmt::format("{:.2f}B params", m.num_parameters() / 1e9);
+  return fmt::format("{:.2f}B params, {:.2f}B active: {} experts, top {}", m.num_parameters() / 1e9,
+                     m.num_active_parameters() / 1e9, m.num_experts, m.experts_per_token);
+}
+
 namespace {
 
 double term(const analysis::StageMemory& s, const std::string& name) {
@@ -29,9 +35,9 @@ double term(const analysis::StageMemory& s, const std::string& name) {
 std::string header(const Job& job) {
   const auto& p = job.plan;
   return fmt::format(
-      "model {} ({} layers, h {}, {:.2f}B params) on {} × {} {} | dp {} tp {}{} pp {}{} | "
+      "model {} ({} layers, h {}, {}) on {} × {} {} | dp {} tp {}{} pp {}{} | "
       "micro-batch {} × {} accumulation = global batch {} | seq {} {}\n",
-      job.model.name, job.model.num_layers, job.model.hidden_size, job.model.num_parameters() / 1e9,
+      job.model.name, job.model.num_layers, job.model.hidden_size, parameter_summary(job.model),
       job.cluster.nodes, job.cluster.gpus_per_node, job.cluster.gpu.name, p.dp, p.tp,
       p.sequence_parallel ? "+sp" : "", p.pp,
       p.virtual_pipeline_stages > 1 ? fmt::format(" (v {})", p.virtual_pipeline_stages) : "",
@@ -138,6 +144,7 @@ Json prediction_json(const Job& job, const Prediction& pred) {
   const auto& rate = pred.matmul_rate;
   return Json{{"model", job.model.name},
               {"num_parameters", job.model.num_parameters()},
+              {"num_active_parameters", job.model.num_active_parameters()},
               {"cluster", spec::cluster_to_json(job.cluster, job.files)},
               {"training", spec::training_to_json(job.training)},
               {"plan", plan::plan_to_json(pred.plan)},

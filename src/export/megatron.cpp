@@ -17,7 +17,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 49> kFlags{{
+constexpr std::array<FlagSpec, 57> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -67,15 +67,81 @@ constexpr std::array<FlagSpec, 49> kFlags{{
     {"--untie-embeddings-and-output-weights", false},
     {"--disable-bias-linear", false},
     {"--add-qkv-bias", false},
+    {"--num-experts", true},
+    {"--moe-router-topk", true},
+    {"--moe-ffn-hidden-size", true},
+    {"--moe-grouped-gemm", false},
+    {"--moe-token-dispatcher-type", true},
+    {"--expert-tensor-parallel-size", true},
+    {"--moe-shared-expert-intermediate-size", true},
+    {"--moe-shared-expert-gate", false},
 }};
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
 
+// The MoE layer graph/lower_moe.cpp models: every block MoE (--moe-layer-freq 1, the default),
+// grouped-GEMM experts behind the all-to-all dispatcher.
+void add_moe_options(std::vector<Option>& o, const spec::ModelSpec& m) {
+  add(o, "--num-experts", m.num_experts);
+  add(o, "--moe-router-topk", m.experts_per_token);
+  add(o, "--moe-ffn-hidden-size", m.moe_ffn_hidden_size);
+  add(o, "--moe-grouped-gemm");
+  add(o, "--moe-token-dispatcher-type", std::string("alltoall"));
+  if (m.shared_expert_ffn_hidden_size > 0)
+    add(o, "--moe-shared-expert-intermediate-size", m.shared_expert_ffn_hidden_size);
+  if (m.shared_expert_gate) add(o, "--moe-shared-expert-gate");
+}
+
+// An import's MoE flags against the model: what Megatron-LM would build must be what mist plans.
+Result<void> check_moe_flags(const Flags& f, const spec::ModelSpec& m, int64_t tp) {
+  MIST_TRY(auto experts, f.integer("--num-experts", 1, int64_t{1} << 20));
+  if (!m.is_moe()) {
+    if (experts) return fail("--num-experts", fmt::format("model {} is dense (no experts)", m.name));
+    return {};
+  }
+  if (!experts)
+    return fail("--num-experts", fmt::format("is missing: model {} is a mixture of {} experts, which "
+                                             "Megatron-LM would build as a dense model", m.name, m.num_experts));
+  MIST_CHECK(detail::check_model_flag(f, "--num-experts", m.num_experts, m, "experts"));
+  MIST_TRY(auto topk, f.integer("--moe-router-topk", 1, int64_t{1} << 20));
+  if (topk.value_or(2) != m.experts_per_token)  // Megatron's default top-k is 2
+    return fail("--moe-router-topk", fmt::format("is {}{} but model {} routes each token to {} experts",
+                                                 topk.value_or(2), topk ? "" : " (the default)", m.name,
+                                                 m.experts_per_token));
+  // --moe-ffn-hidden-size defaults to --ffn-hidden-size (validate_args).
+  const bool own = f.has("--moe-ffn-hidden-size");
+  MIST_CHECK(detail::check_model_flag(f, own ? "--moe-ffn-hidden-size" : "--ffn-hidden-size",
+                                      m.moe_ffn_hidden_size, m, "units per expert"));
+  MIST_TRY(auto shared, f.integer("--moe-shared-expert-intermediate-size", 1, int64_t{1} << 40));
+  if (shared.value_or(0) != m.shared_expert_ffn_hidden_size)
+    return fail("--moe-shared-expert-intermediate-size",
+                fmt::format("is {} but model {} has a shared expert of {} units (0: none)", shared.value_or(0),
+                            m.name, m.shared_expert_ffn_hidden_size));
+  if (f.has("--moe-shared-expert-gate") != m.shared_expert_gate)
+    return fail("--moe-shared-expert-gate", fmt::format("model {} {} its shared expert", m.name,
+                                                        m.shared_expert_gate ? "gates" : "does not gate"));
+  if (!f.has("--moe-grouped-gemm"))
+    return fail("--moe-grouped-gemm", "is missing: mist models the experts as grouped GEMMs (without the flag "
+                                      "Megatron-LM runs them one after another, SequentialMLP)");
+  if (auto d = f.string("--moe-token-dispatcher-type"); d && *d != "alltoall")
+    return fail("--moe-token-dispatcher-type", fmt::format("is \"{}\": mist models the alltoall dispatcher", *d));
+  if (!f.has("--moe-token-dispatcher-type"))
+    return fail("--moe-token-dispatcher-type", "is missing (Megatron-LM's default is allgather): mist models "
+                                               "the alltoall dispatcher");
+  MIST_TRY(auto etp, f.integer("--expert-tensor-parallel-size", 1, 1024));
+  if (etp && *etp != tp)
+    return fail("--expert-tensor-parallel-size",
+                fmt::format("is {}: mist's plans shard the experts over the same {} GPUs as the attention (tp)", *etp, tp));
+  return {};
+}
+
 void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const spec::TrainingSpec& t) {
   add(o, "--num-layers", m.num_layers);
   add(o, "--hidden-size", m.hidden_size);
-  add(o, "--ffn-hidden-size", m.ffn_hidden_size);
+  // A mixture of experts has no dense block; Megatron's recipes give the expert width for both.
+  add(o, "--ffn-hidden-size", m.is_moe() ? m.moe_ffn_hidden_size : m.ffn_hidden_size);
   add(o, "--num-attention-heads", m.num_heads);
+  if (m.is_moe()) add_moe_options(o, m);
   if (m.num_kv_heads != m.num_heads) {
     add(o, "--group-query-attention");
     add(o, "--num-query-groups", m.num_kv_heads);
@@ -113,6 +179,7 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   add(o, "--tensor-model-parallel-size", p.tp);
   add(o, "--pipeline-model-parallel-size", p.pp);
   if (p.sequence_parallel) add(o, "--sequence-parallel");
+  if (m.is_moe()) add(o, "--expert-tensor-parallel-size", p.tp);
   const MegatronSplit split = megatron_split(detail::stage_layers(p), v);
   if (split.layout) {
     add(o, "--pipeline-model-parallel-layout", *split.layout);  // carries the virtual stages too
@@ -170,6 +237,9 @@ std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::Cl
   if (m.parallel_block)
     notes.push_back("model.parallel_block: Megatron-LM's GPT model has no parallel attention/MLP block; the "
                     "flags give the shapes only");
+  if (m.is_moe())
+    notes.push_back("model: the prediction assumes tokens balanced across experts; training balances them only "
+                    "approximately (--moe-aux-loss-coeff), so the slowest expert rank sets the pace");
   if (t.grad_dtype != spec::Dtype::kFp32)
     notes.push_back("training.grad_dtype: Megatron-LM keeps main gradients in fp32 unless told otherwise "
                     "(--main-grads-dtype with the precision-aware optimizer)");
@@ -187,7 +257,7 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   MIST_CHECK(detail::check_model_flag(f, "--num-layers", m.num_layers, m, "layers"));
   MIST_CHECK(detail::check_model_flag(f, "--hidden-size", m.hidden_size, m, "hidden units"));
   MIST_CHECK(detail::check_model_flag(f, "--num-attention-heads", m.num_heads, m, "attention heads"));
-  MIST_CHECK(detail::check_model_flag(f, "--ffn-hidden-size", m.ffn_hidden_size, m, "FFN units"));
+  if (!m.is_moe()) MIST_CHECK(detail::check_model_flag(f, "--ffn-hidden-size", m.ffn_hidden_size, m, "FFN units"));
   if (f.has("--group-query-attention"))
     MIST_CHECK(detail::check_model_flag(f, "--num-query-groups", m.num_kv_heads, m, "key/value heads"));
 
@@ -199,6 +269,7 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   if (ep.value_or(1) > 1) return fail("--expert-model-parallel-size", "mist's plans have no expert parallelism");
   p.tp = tp.value_or(1);
   p.pp = pp.value_or(1);
+  MIST_CHECK(check_moe_flags(f, m, p.tp));
   MIST_TRY(p.dp, detail::data_parallel(p.tp, p.pp, c, "--tensor-model-parallel-size",
                                                "--pipeline-model-parallel-size"));
   p.sequence_parallel = f.has("--sequence-parallel");

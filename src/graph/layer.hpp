@@ -61,6 +61,7 @@ struct Op {
   bool backward_in_place = false;           // input grad overwrites the saved tensor (Megatron's CE)
   TpComm fwd_comm, bwd_comm;                // collective after the op (fwd) / before its grad (bwd)
   TpComm bwd_regather;                      // a saved input shard gathered again for the weight gradient
+  bool exposed_comm = false;                // a collective alone (the MoE dispatcher's), overlapped with nothing
   bool is_gemm = false;                     // linear or bmm: `gemm` holds its forward shape
   GemmShape gemm;
   bool causal_attention = false;            // flash attention over a causal mask (half the blocks)

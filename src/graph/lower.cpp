@@ -5,57 +5,13 @@
 
 #include <utility>
 
+#include "graph/builder.hpp"
+
 namespace mist::graph {
 
-namespace {
+namespace detail {
 
 using spec::ModelSpec;
-
-class LayerBuilder {
- public:
-  LayerBuilder(std::string name, LayerKind kind, const LoweringOptions& o) : o_(o) {
-    layer_.name = std::move(name);
-    layer_.kind = kind;
-  }
-
-  int tensor(std::string name, Expr bytes, bool grad = true) {
-    layer_.tensors.push_back(Tensor{std::move(name), std::move(bytes), grad, -1});
-    return static_cast<int>(layer_.tensors.size()) - 1;
-  }
-  // A view's bytes are its own size (its gradient's); its storage is its base's.
-  int view(std::string name, int base, Expr bytes) {
-    layer_.tensors.push_back(Tensor{std::move(name), std::move(bytes), true, base});
-    return static_cast<int>(layer_.tensors.size()) - 1;
-  }
-  Op& op(std::string name, OpKind kind, std::vector<int> in, std::vector<int> out,
-         std::vector<int> saved) {
-    Op o;
-    o.name = std::move(name);
-    o.kind = kind;
-    o.inputs = std::move(in);
-    o.outputs = std::move(out);
-    o.saved = std::move(saved);
-    layer_.ops.push_back(std::move(o));
-    return layer_.ops.back();
-  }
-  const Expr& bytes(int id) const { return layer_.tensors[id].bytes; }
-  Layer done(int input, int output) {
-    layer_.input = input;
-    layer_.output = output;
-    return std::move(layer_);
-  }
-
-  const LoweringOptions& o_;
-
- private:
-  Layer layer_;
-};
-
-const Symbols& S() { return symbols(); }
-Expr w(const LoweringOptions& o) { return Expr(o.act_bytes); }
-// Sequence-parallel regions (norms, dropout, residual) are split t ways along the sequence.
-Expr region(const LoweringOptions& o) { return o.sequence_parallel ? S().t : Expr(1.0); }
-Expr sb() { return S().s * S().b; }
 
 // LayerNorm / RMSNorm: saves its input and the per-token statistics (fp32 mean and rstd for
 // LayerNorm, rstd for RMSNorm).
@@ -93,7 +49,7 @@ int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const
 // (torchtitan's wk and wv after wq, w3 after w1), whose input was gathered (and whose input gradient
 // is reduced) once, by the first one.
 int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_features, Expr out,
-                  Expr bias, bool owns_weight = true, bool shares_input = false) {
+                  Expr bias, bool owns_weight, bool shares_input) {
   const auto& o = B.o_;
   int y = B.tensor(name + ".out", sb() * out * w(o));
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
@@ -304,47 +260,47 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
 
 // MLP: GELU (h -> f -> h) or SwiGLU (h -> 2f -> f -> h; Megatron's fused bias_swiglu saves only
 // its input). Returns the output of the down projection.
-int mlp(LayerBuilder& B, int x, const ModelSpec& m) {
+int mlp(LayerBuilder& B, int x, const ModelSpec& m, const std::string& prefix, Expr width) {
   const auto& o = B.o_;
   const auto& s = S();
-  Expr act = sb() * s.f / s.t;
+  Expr act = sb() * width / s.t;
   if (m.mlp == spec::Mlp::kSwiGlu) {
     std::vector<int> in;
     if (o.fused_projections) {
-      Expr bias = m.linear_bias ? 2 * s.f / s.t : Expr(0.0);
-      in = {column_linear(B, "mlp.gate_up", x, s.h, 2 * s.f / s.t, bias)};
+      Expr bias = m.linear_bias ? 2 * width / s.t : Expr(0.0);
+      in = {column_linear(B, prefix + ".gate_up", x, s.h, 2 * width / s.t, bias)};
     } else {
       // torchtitan's FeedForward: w2(silu(w1(x)) * w3(x)).
-      Expr bias = m.linear_bias ? s.f / s.t : Expr(0.0);
-      int gate = column_linear(B, "mlp.w1", x, s.h, s.f / s.t, bias);
-      in = {gate, column_linear(B, "mlp.w3", x, s.h, s.f / s.t, bias, true, true)};
+      Expr bias = m.linear_bias ? width / s.t : Expr(0.0);
+      int gate = column_linear(B, prefix + ".w1", x, s.h, width / s.t, bias);
+      in = {gate, column_linear(B, prefix + ".w3", x, s.h, width / s.t, bias, true, true)};
     }
-    int y = B.tensor("mlp.swiglu.out", act * w(o));
-    Op& op = B.op("mlp.swiglu", OpKind::kSwiGlu, in, {y}, in);
+    int y = B.tensor(prefix + ".swiglu.out", act * w(o));
+    Op& op = B.op(prefix + ".swiglu", OpKind::kSwiGlu, in, {y}, in);
     op.fwd_flops = 4 * act;
     op.bwd_flops = 8 * act;
     op.bytes_read = 2 * act * w(o);
     op.bytes_written = act * w(o);
     if (o.eager_elementwise) {
       // F.silu(w1(x)) * w3(x): the SiLU's output is written, then read (and kept) by the product.
-      int silu = B.tensor("mlp.silu.out", act * w(o), false);
+      int silu = B.tensor(prefix + ".silu.out", act * w(o), false);
       op.outputs.push_back(silu);
       op.saved.push_back(silu);
       op.stream_kernels = 2;
       op.bytes_read = 3 * act * w(o);
       op.bytes_written = 2 * act * w(o);
     }
-    return row_linear(B, "mlp.down", y, s.f / s.t, m.linear_bias);
+    return row_linear(B, prefix + ".down", y, width / s.t, m.linear_bias);
   }
-  Expr bias = m.linear_bias ? s.f / s.t : Expr(0.0);
-  int h1 = column_linear(B, "mlp.fc1", x, s.h, s.f / s.t, bias);
-  int y = B.tensor("mlp.gelu.out", act * w(o));
-  Op& op = B.op("mlp.gelu", OpKind::kGelu, {h1}, {y}, {h1});
+  Expr bias = m.linear_bias ? width / s.t : Expr(0.0);
+  int h1 = column_linear(B, prefix + ".fc1", x, s.h, width / s.t, bias);
+  int y = B.tensor(prefix + ".gelu.out", act * w(o));
+  Op& op = B.op(prefix + ".gelu", OpKind::kGelu, {h1}, {y}, {h1});
   op.fwd_flops = 8 * act;
   op.bwd_flops = 12 * act;
   op.bytes_read = act * w(o);
   op.bytes_written = act * w(o);
-  return row_linear(B, "mlp.fc2", y, s.f / s.t, m.linear_bias);
+  return row_linear(B, prefix + ".fc2", y, width / s.t, m.linear_bias);
 }
 
 Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
@@ -356,7 +312,7 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
     int xa = norm(B, "ln_attn", x, m.norm, m);
     int xm = m.norms_per_block >= 2 ? norm(B, "ln_mlp", x, m.norm, m) : xa;
     int ya = attention(B, xa, m);
-    int ym = mlp(B, xm, m);
+    int ym = mlp(B, xm, m, "mlp", S().f);
     int y = residual_add(B, "attn_mlp_sum", ya, ym);
     y = dropout(B, "dropout", y, region_elems);
     int out = residual_add(B, "residual", x, y);
@@ -367,7 +323,7 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
   ya = dropout(B, "attn.dropout_out", ya, region_elems);
   int r1 = residual_add(B, "residual1", x, ya);
   int x2 = norm(B, "ln2", r1, m.norm, m);
-  int ym = mlp(B, x2, m);
+  int ym = m.is_moe() ? moe_mlp(B, x2, m) : mlp(B, x2, m, "mlp", S().f);
   ym = dropout(B, "mlp.dropout_out", ym, region_elems);
   int out = residual_add(B, "residual2", r1, ym);
   return B.done(x, out);
@@ -450,7 +406,12 @@ Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
   return B.done(x, loss);
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::lower_block;
+using detail::lower_embedding;
+using detail::lower_head;
+using detail::S;
 
 const Symbols& symbols() {
   static const Symbols kSymbols;

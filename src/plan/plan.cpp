@@ -148,12 +148,31 @@ Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec
                 fmt::format("{} tokens exceed the {} rows of {}'s learned position table "
                             "(max_position_embeddings); a longer sequence needs a larger table, that is another model",
                             t.seq_length, m.max_position_embeddings, m.name));
+  if (m.sliding_window > 0 && t.seq_length > m.sliding_window)
+    return fail("training.seq_length",
+                fmt::format("{} tokens exceed {}'s sliding attention window of {}: mist models full causal "
+                            "attention, which is the same only while the sequence fits in the window",
+                            t.seq_length, m.name, m.sliding_window));
   const auto& g = c.gpu;
   if (t.precision == spec::Dtype::kBf16 && g.bf16_flops <= 0)
     return fail("training.precision",
                 fmt::format("{} has no bf16 support (bf16 needs NVIDIA Ampere, sm_80, or later); use fp16", g.name));
   if (t.precision == spec::Dtype::kFp16 && g.fp16_flops <= 0)
     return fail("training.precision", fmt::format("{} has no fp16 support", g.name));
+  return {};
+}
+
+Result<void> check_tp(const spec::ModelSpec& m, int64_t tp) {
+  if (m.num_heads % tp != 0)
+    return fail("plan.tp", fmt::format("tp = {} must divide the {} attention heads", tp, m.num_heads));
+  if (m.num_kv_heads % tp != 0)
+    return fail("plan.tp", fmt::format("tp = {} must divide the {} key/value heads (Megatron shards "
+                                       "query groups, it does not replicate them)", tp, m.num_kv_heads));
+  // Dense blocks shard ffn_hidden_size; experts (tensor-parallel as the attention is) shard theirs.
+  for (auto [what, f] : {std::pair{"ffn_hidden_size", m.ffn_hidden_size},
+                         std::pair{"moe_ffn_hidden_size", m.moe_ffn_hidden_size},
+                         std::pair{"shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size}})
+    if (f % tp != 0) return fail("plan.tp", fmt::format("tp = {} must divide {} {}", tp, what, f));
   return {};
 }
 
@@ -183,13 +202,10 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
     return fail("plan", fmt::format("micro_batch_size·dp·grad_accum_steps = {}·{}·{} = {} but "
                                     "training.global_batch_size is {}",
                                     p.micro_batch_size, p.dp, p.grad_accum_steps, samples, t.global_batch_size));
-  if (m.num_heads % p.tp != 0)
-    return fail("plan.tp", fmt::format("tp = {} must divide the {} attention heads", p.tp, m.num_heads));
-  if (m.num_kv_heads % p.tp != 0)
-    return fail("plan.tp", fmt::format("tp = {} must divide the {} key/value heads (Megatron shards "
-                                       "query groups, it does not replicate them)", p.tp, m.num_kv_heads));
-  if (m.ffn_hidden_size % p.tp != 0)
-    return fail("plan.tp", fmt::format("tp = {} must divide ffn_hidden_size {}", p.tp, m.ffn_hidden_size));
+  MIST_CHECK(check_tp(m, p.tp));
+  // Megatron-LM (validate_args) refuses MoE under tensor parallelism without sequence parallelism.
+  if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
+    return fail("plan.sequence_parallel", "a mixture of experts with tp > 1 needs sequence parallelism (as in Megatron)");
   if (p.sequence_parallel && p.tp > 1 && t.seq_length % p.tp != 0)
     return fail("plan.sequence_parallel",
                 fmt::format("sequence parallelism splits the sequence: tp = {} must divide seq_length {}",

@@ -74,6 +74,9 @@ Json plan_to_json(const Plan& p);
 // "plan.stages: layers add up to 30 but the model has 32".
 Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                            const spec::TrainingSpec& t);
+// The model's shapes that tensor parallelism splits (heads, key/value heads, FFN and expert widths)
+// are divisible by tp; the error names plan.tp.
+Result<void> check_tp(const spec::ModelSpec& m, int64_t tp);
 // Checks the training settings against the model and the GPU: the GPU supports the precision
 // (bf16 needs Ampere or later), and a learned position table has a row for every position of the
 // sequence (rotary positions have no table and no limit).

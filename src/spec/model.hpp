@@ -1,6 +1,7 @@
 // ModelSpec: the architecture of a decoder-only transformer, as mist lowers it.
-// Loaded from a Hugging Face config.json (gpt2, llama, mistral, qwen2, falcon), from mist's own
-// JSON form (the catalog entries in data/models.json use it), or by catalog name.
+// Loaded from a Hugging Face config.json (gpt2, llama, mistral, qwen2, falcon; mixtral and qwen2_moe
+// for mixtures of experts), from mist's own JSON form (the catalog entries in data/models.json use
+// it), or by catalog name.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +38,30 @@ struct ModelSpec {
   bool linear_bias = false;        // bias on the other projections (gpt2)
   bool tie_word_embeddings = false;
 
+  // Mixture of experts: with num_experts > 0 every block's MLP is a router over num_experts SwiGLU
+  // experts of moe_ffn_hidden_size units each, of which every token uses experts_per_token (top-k,
+  // weighted by the router's probabilities), plus, when shared_expert_ffn_hidden_size > 0, one
+  // shared SwiGLU expert every token passes through (Qwen2-MoE gates it with sigmoid(x·w), a
+  // 1-unit linear). ffn_hidden_size is then unused (0). 0 experts: the dense MLP above.
+  int64_t num_experts = 0;                    // E
+  int64_t experts_per_token = 0;              // k
+  int64_t moe_ffn_hidden_size = 0;            // f_e, per expert and per SwiGLU branch
+  int64_t shared_expert_ffn_hidden_size = 0;  // f_s, 0 without a shared expert
+  bool shared_expert_gate = false;
+  // Sliding-window attention (Mistral, Mixtral): each token attends to the last sliding_window
+  // positions; 0 for full causal attention. mist models attention as full causal, which is exact
+  // while the sequence fits in the window (validate_training refuses longer sequences).
+  int64_t sliding_window = 0;
+
+  bool is_moe() const { return num_experts > 0; }
   int64_t head_dim() const { return hidden_size / num_heads; }
   // Parameter count of the whole model (embedding, blocks, final norm, LM head; tied head once).
   int64_t num_parameters() const;
+  // Parameters one token's forward pass uses: all of them for a dense model; the router, the
+  // experts_per_token routed experts and the shared expert (not the other experts) for MoE.
+  int64_t num_active_parameters() const;
   int64_t block_parameters() const;
+  int64_t active_block_parameters() const;
   bool operator==(const ModelSpec&) const = default;
 };
 

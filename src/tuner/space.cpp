@@ -80,7 +80,7 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
   const int64_t n = c.num_gpus();
   for (int64_t tp : space.tp) {
     if (tp > c.gpus_per_node || n % tp != 0) continue;
-    if (m.num_heads % tp || m.num_kv_heads % tp || m.ffn_hidden_size % tp) continue;
+    if (!plan::check_tp(m, tp)) continue;
     if (tp > 1 && t.seq_length % tp) continue;  // sequence parallelism splits the sequence
     for (int64_t pp = 1; pp <= std::min<int64_t>(space.max_pp, m.num_layers); ++pp) {
       if ((n / tp) % pp) continue;

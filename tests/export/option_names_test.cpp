@@ -32,7 +32,14 @@ const std::set<std::string> kMegatronNames{
     "--fp16", "--optimizer", "--hidden-dropout", "--attention-dropout", "--num-layers", "--hidden-size",
     "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention", "--num-query-groups",
     "--max-position-embeddings", "--normalization", "--swiglu", "--position-embedding-type",
-    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias"};
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
+    // MoE: --num-experts by hand (arguments.py _add_moe_args); the others from TransformerConfig
+    // and ModelParallelConfig fields (moe_router_topk, moe_ffn_hidden_size, moe_grouped_gemm,
+    // moe_token_dispatcher_type, moe_shared_expert_intermediate_size, moe_shared_expert_gate,
+    // expert_tensor_parallel_size).
+    "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-grouped-gemm",
+    "--moe-token-dispatcher-type", "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size",
+    "--moe-shared-expert-gate"};
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.

@@ -1,0 +1,72 @@
+// The lowering's building blocks, shared by lower.cpp (embedding, attention, dense MLP, head) and
+// lower_moe.cpp (the mixture-of-experts MLP). Internal to graph/.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/layer.hpp"
+#include "spec/model.hpp"
+
+namespace mist::graph::detail {
+
+class LayerBuilder {
+ public:
+  LayerBuilder(std::string name, LayerKind kind, const LoweringOptions& o) : o_(o) {
+    layer_.name = std::move(name);
+    layer_.kind = kind;
+  }
+
+  int tensor(std::string name, Expr bytes, bool grad = true) {
+    layer_.tensors.push_back(Tensor{std::move(name), std::move(bytes), grad, -1});
+    return static_cast<int>(layer_.tensors.size()) - 1;
+  }
+  // A view's bytes are its own size (its gradient's); its storage is its base's.
+  int view(std::string name, int base, Expr bytes) {
+    layer_.tensors.push_back(Tensor{std::move(name), std::move(bytes), true, base});
+    return static_cast<int>(layer_.tensors.size()) - 1;
+  }
+  Op& op(std::string name, OpKind kind, std::vector<int> in, std::vector<int> out,
+         std::vector<int> saved) {
+    Op o;
+    o.name = std::move(name);
+    o.kind = kind;
+    o.inputs = std::move(in);
+    o.outputs = std::move(out);
+    o.saved = std::move(saved);
+    layer_.ops.push_back(std::move(o));
+    return layer_.ops.back();
+  }
+  const Expr& bytes(int id) const { return layer_.tensors[id].bytes; }
+  Layer done(int input, int output) {
+    layer_.input = input;
+    layer_.output = output;
+    return std::move(layer_);
+  }
+
+  const LoweringOptions& o_;
+
+ private:
+  Layer layer_;
+};
+
+inline const Symbols& S() { return symbols(); }
+inline Expr w(const LoweringOptions& o) { return Expr(o.act_bytes); }
+// Sequence-parallel regions (norms, dropout, residual) are split t ways along the sequence.
+inline Expr region(const LoweringOptions& o) { return o.sequence_parallel ? S().t : Expr(1.0); }
+inline Expr sb() { return S().s * S().b; }
+
+// The ops below append to B and return the id of their output tensor (lower.cpp has their notes).
+int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const spec::ModelSpec& m);
+int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_features, Expr out, Expr bias,
+                  bool owns_weight = true, bool shares_input = false);
+int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bias);
+int residual_add(LayerBuilder& B, const std::string& name, int x, int y);
+// The dense MLP of `width` units (S().f for a dense block, the shared expert's width in an MoE
+// block), its ops named prefix.*.
+int mlp(LayerBuilder& B, int x, const spec::ModelSpec& m, const std::string& prefix, Expr width);
+// The mixture-of-experts MLP of a block (lower_moe.cpp).
+int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m);
+
+}  // namespace mist::graph::detail

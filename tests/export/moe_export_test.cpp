@@ -1,0 +1,97 @@
+// Mixtures of experts: the Megatron-LM MoE flags, their round trip through the importer, the
+// importer's refusals, and the other engines refusing MoE exports.
+#include <gtest/gtest.h>
+
+#include "export/exchange.hpp"
+#include "export/megatron.hpp"
+#include "export_jobs.hpp"
+
+namespace mist::engines {
+namespace {
+
+using testing::cluster;
+using testing::model;
+using testing::training;
+
+std::string command(const std::vector<Option>& options) {
+  std::string cmd;
+  for (const auto& o : options) cmd += " " + o.name + (o.value ? " " + *o.value : "");
+  return cmd;
+}
+
+std::optional<std::string> value(const std::vector<Option>& options, std::string_view name) {
+  for (const auto& o : options)
+    if (o.name == name) return o.value.value_or("");
+  return std::nullopt;
+}
+
+plan::Plan mixtral_plan(int64_t layers = 32) {
+  auto p = testing::plan(2, 4, {layers / 2, layers / 2}, 1, 64, /*zero=*/1);
+  p.sequence_parallel = true;
+  return p;
+}
+
+TEST(MoeExport, MegatronGetsTheExpertFlagsAndTheyRoundTrip) {
+  for (const char* name : {"mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
+    const auto m = model(name);
+    auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(m.num_layers), {}});
+    ASSERT_TRUE(r && r->exported) << name;
+    const auto& o = r->exported->options;
+    EXPECT_EQ(value(o, "--num-experts"), std::to_string(m.num_experts)) << name;
+    EXPECT_EQ(value(o, "--moe-router-topk"), std::to_string(m.experts_per_token)) << name;
+    EXPECT_EQ(value(o, "--moe-ffn-hidden-size"), std::to_string(m.moe_ffn_hidden_size)) << name;
+    EXPECT_EQ(value(o, "--moe-token-dispatcher-type"), "alltoall") << name;
+    EXPECT_EQ(value(o, "--expert-tensor-parallel-size"), "4") << name;
+    EXPECT_TRUE(value(o, "--moe-grouped-gemm").has_value()) << name;
+    EXPECT_EQ(value(o, "--moe-shared-expert-gate").has_value(), m.shared_expert_gate) << name;
+    if (m.shared_expert_ffn_hidden_size > 0)
+      EXPECT_EQ(value(o, "--moe-shared-expert-intermediate-size"), std::to_string(m.shared_expert_ffn_hidden_size));
+    auto back = import_megatron_flags(command(o), m, cluster(2, 8));
+    ASSERT_TRUE(back) << name << ": " << back.error().to_string();
+    EXPECT_EQ(back->plan.tp, 4);
+    EXPECT_TRUE(back->plan.sequence_parallel);
+  }
+}
+
+TEST(MoeExport, ImportRefusesWhatWouldBuildAnotherModel) {
+  const auto m = model("mixtral-8x7b");
+  auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(), {}});
+  ASSERT_TRUE(r && r->exported);
+  const std::string cmd = command(r->exported->options);
+  auto without = [&](const std::string& flag, const std::string& val) {
+    std::string c = cmd;
+    const std::string token = " " + flag + (val.empty() ? "" : " " + val);
+    c.erase(c.find(token), token.size());
+    return import_megatron_flags(c, m, cluster(2, 8));
+  };
+  auto expect = [](const auto& res, std::string_view flag, std::string_view word) {
+    ASSERT_FALSE(res.has_value()) << flag;
+    EXPECT_EQ(res.error().path, flag) << res.error().to_string();
+    EXPECT_NE(res.error().message.find(word), std::string::npos) << res.error().to_string();
+  };
+  expect(without("--num-experts", "8"), "--num-experts", "dense model");
+  expect(without("--moe-token-dispatcher-type", "alltoall"), "--moe-token-dispatcher-type", "allgather");
+  expect(without("--moe-grouped-gemm", ""), "--moe-grouped-gemm", "SequentialMLP");
+  expect(import_megatron_flags(cmd + " --moe-router-topk 4", m, cluster(2, 8)), "--moe-router-topk", "2 experts");
+  expect(import_megatron_flags(cmd + " --expert-tensor-parallel-size 1", m, cluster(2, 8)),
+         "--expert-tensor-parallel-size", "same");
+  // A dense model given expert flags.
+  auto dense = export_plan(Engine::kMegatron, {model("llama3-8b"), cluster(2, 8), training(128, 4096),
+                                               testing::plan(2, 4, {16, 16}, 1, 64, 1), {}});
+  ASSERT_TRUE(dense && dense->exported);
+  expect(import_megatron_flags(command(dense->exported->options) + " --num-experts 8", model("llama3-8b"),
+                               cluster(2, 8)),
+         "--num-experts", "dense");
+}
+
+TEST(MoeExport, OtherEnginesRefuseMixturesOfExperts) {
+  for (Engine e : {Engine::kDeepSpeed, Engine::kTorchtitan}) {
+    auto r = export_plan(e, {model("mixtral-8x7b"), cluster(2, 8), training(128, 4096), mixtral_plan(), {}});
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().path, "--to");
+    EXPECT_NE(r.error().message.find("Megatron-LM only"), std::string::npos) << r.error().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace mist::engines

@@ -1,0 +1,62 @@
+// Plan rules for mixtures of experts and sliding-window attention.
+#include <gtest/gtest.h>
+
+#include "plan/plan.hpp"
+
+namespace mist::plan {
+namespace {
+
+using spec::ModelSpec;
+
+template <class T>
+void expect_error(const Result<T>& r, std::string_view path, std::string_view word) {
+  ASSERT_FALSE(r.has_value()) << "expected an error at " << path;
+  EXPECT_EQ(r.error().path, path) << r.error().to_string();
+  EXPECT_NE(r.error().message.find(word), std::string::npos)
+      << "message lacks \"" << word << "\": " << r.error().to_string();
+}
+
+spec::ClusterSpec h100(int64_t nodes) {
+  auto c = spec::cluster_from_json(
+      Json{{"gpu", "H100-SXM5-80GB"}, {"nodes", nodes}, {"gpus_per_node", 8}}, "cluster");
+  EXPECT_TRUE(c.has_value()) << c.error().to_string();
+  return *c;
+}
+
+// A sequence longer than the sliding window is refused: mist models full causal attention.
+TEST(MoePlan, SlidingWindowBoundsTheSequence) {
+  ModelSpec m = *spec::catalog_model("mixtral-8x7b");
+  m.sliding_window = 4096;
+  spec::TrainingSpec t;
+  t.seq_length = 4096;
+  EXPECT_TRUE(validate_training(m, h100(1), t).has_value());
+  t.seq_length = 8192;
+  expect_error(validate_training(m, h100(1), t), "training.seq_length", "sliding attention window");
+}
+
+// The tensor-parallel degree must divide the expert widths too.
+TEST(MoePlan, TensorParallelismDividesTheExperts) {
+  ModelSpec m = *spec::catalog_model("qwen1.5-moe-a2.7b");  // experts of 1408 = 2^7·11
+  EXPECT_TRUE(check_tp(m, 8).has_value());
+  m.moe_ffn_hidden_size = 1400;
+  expect_error(check_tp(m, 16), "plan.tp", "moe_ffn_hidden_size");
+  m = *spec::catalog_model("qwen1.5-moe-a2.7b");
+  m.shared_expert_ffn_hidden_size = 5630;
+  expect_error(check_tp(m, 4), "plan.tp", "shared_expert_ffn_hidden_size");
+}
+
+// Megatron's MoELayer refuses tensor parallelism without sequence parallelism.
+TEST(MoePlan, TensorParallelismNeedsSequenceParallelism) {
+  const ModelSpec m = *spec::catalog_model("mixtral-8x7b");
+  spec::TrainingSpec t;
+  t.global_batch_size = 64;
+  t.seq_length = 4096;
+  Plan p = uniform_plan(m, 4, 2, 2, 1, 16, StagePlan{});
+  p.sequence_parallel = false;
+  expect_error(validate_plan(p, m, h100(2), t), "plan.sequence_parallel", "sequence parallelism");
+  p.sequence_parallel = true;
+  EXPECT_TRUE(validate_plan(p, m, h100(2), t).has_value());
+}
+
+}  // namespace
+}  // namespace mist::plan
