@@ -47,6 +47,24 @@ int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr full_b
   return y;
 }
 
+// A linear h -> `out` with its weight whole on every GPU (the router, the shared expert's gate),
+// on the rank's own tokens; keeps its input.
+int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr out) {
+  const auto& o = B.o_;
+  const auto& s = S();
+  const Expr local = sb() / region(o);
+  int y = B.tensor(name + ".out", local * out * w(o));
+  Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
+  op.params = s.h * out;
+  op.is_gemm = true;
+  op.gemm = {Expr(1.0), local, out, s.h};
+  op.fwd_flops = 2 * local * s.h * out;
+  op.bwd_flops = 2 * op.fwd_flops;
+  op.bytes_read = local * s.h * w(o) + op.params * w(o);
+  op.bytes_written = local * out * w(o);
+  return y;
+}
+
 }  // namespace
 
 int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
@@ -64,15 +82,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   if (m.shared_expert_ffn_hidden_size > 0) {
     shared = mlp(B, x, m, "shared_expert", constant(m.shared_expert_ffn_hidden_size));
     if (m.shared_expert_gate) {
-      int gate = B.tensor("shared_expert.gate.out", local * w(o));
-      Op& g = B.op("shared_expert.gate", OpKind::kLinear, {x}, {gate}, {x});
-      g.params = s.h;
-      g.is_gemm = true;
-      g.gemm = {Expr(1.0), local, Expr(1.0), s.h};
-      g.fwd_flops = 2 * local * s.h;
-      g.bwd_flops = 2 * g.fwd_flops;
-      g.bytes_read = local * s.h * w(o);
-      g.bytes_written = local * w(o);
+      int gate = replicated_linear(B, "shared_expert.gate", x, Expr(1.0));
       int score = B.tensor("shared_expert.gate.score", local * w(o));
       int gated = B.tensor("shared_expert.gated.out", local * s.h * w(o));
       Op& mul = B.op("shared_expert.gated", OpKind::kSwiGlu, {gate, shared}, {gated, score}, {score, shared});
@@ -86,15 +96,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
 
   // Router (TopKRouter): a replicated h -> E linear on the rank's own tokens in the activation
   // dtype (moe_router_dtype unset), keeping its input.
-  int logits = B.tensor("moe.router.out", local * E * w(o));
-  Op& router = B.op("moe.router", OpKind::kLinear, {x}, {logits}, {x});
-  router.params = s.h * E;
-  router.is_gemm = true;
-  router.gemm = {Expr(1.0), local, E, s.h};
-  router.fwd_flops = 2 * local * s.h * E;
-  router.bwd_flops = 2 * router.fwd_flops;
-  router.bytes_read = local * s.h * w(o) + s.h * E * w(o);
-  router.bytes_written = local * E * w(o);
+  int logits = replicated_linear(B, "moe.router", x, E);
 
   // Top-k, then a softmax over the k chosen logits in fp32 (kept), scattered into dense [T, E]
   // probabilities and a boolean routing map; the scatter keeps its int64 indices.

@@ -393,8 +393,6 @@ Result<void> validate_experts(const ModelSpec& m, const At& at) {
   if (m.shared_expert_ffn_hidden_size < 0 || m.shared_expert_ffn_hidden_size > kMaxFfn)
     return fail(at("shared_expert_ffn_hidden_size"),
                 fmt::format("must be between 0 and {}, got {}", kMaxFfn, m.shared_expert_ffn_hidden_size));
-  if (m.shared_expert_gate && m.shared_expert_ffn_hidden_size == 0)
-    return fail(at("shared_expert_gate"), "needs a shared expert (shared_expert_ffn_hidden_size > 0)");
   if (m.ffn_hidden_size != 0)
     return fail(at("ffn_hidden_size"),
                 fmt::format("must be 0 for a mixture of experts (the expert width is moe_ffn_hidden_size), got {}",
@@ -436,8 +434,9 @@ Result<void> validate_model(const ModelSpec& m, const std::string& path) {
                           std::pair{"moe_ffn_hidden_size", m.moe_ffn_hidden_size},
                           std::pair{"shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size}})
       if (v != 0) return fail(at(key), fmt::format("is {} but num_experts is 0 (a dense model)", v));
-    if (m.shared_expert_gate) return fail(at("shared_expert_gate"), "needs a shared expert");
   }
+  if (m.shared_expert_gate && m.shared_expert_ffn_hidden_size == 0)
+    return fail(at("shared_expert_gate"), "needs a shared expert (shared_expert_ffn_hidden_size > 0)");
   if (m.sliding_window < 0)
     return fail(at("sliding_window"), fmt::format("must be 0 (none) or positive, got {}", m.sliding_window));
   MIST_SPEC_CHECK(in_range("vocab_size", m.vocab_size, kMaxVocab));
