@@ -81,26 +81,36 @@ int64_t backward(Builder& B, Instance& in, int64_t output_grad) {
 }
 
 // A layer of the stage as the trace runs it.
-struct StageLayer {
-  const graph::LayerTrace* trace = nullptr;
-  double params = 0;               // parameters on one GPU (before ZeRO sharding)
-  std::vector<double> tensors;     // their split into parameter tensors (one per op holding any)
+// A parameter tensor: its elements on one GPU, and whether it is an expert weight (sharded over the
+// expert data-parallel group; Megatron keeps expert weights in buffers of their own).
+struct ParamTensor {
+  double n = 0;
+  bool expert = false;
 };
 
-std::vector<double> param_tensors(const graph::Layer& L, const sym::Bindings& b) {
-  std::vector<double> v;
+struct StageLayer {
+  const graph::LayerTrace* trace = nullptr;
+  double params = 0;                 // parameters on one GPU (before ZeRO sharding)
+  std::vector<ParamTensor> tensors;  // their split into parameter tensors (one per op holding any)
+};
+
+std::vector<ParamTensor> param_tensors(const graph::Layer& L, const sym::Bindings& b) {
+  std::vector<ParamTensor> v;
   for (const auto& op : L.ops) {
     const double n = sym::evaluate_or_zero(op.params, b);
-    if (n > 0) v.push_back(n);
+    if (n > 0) v.push_back({n, op.expert});
   }
   return v;
 }
 
-double sum(const std::vector<double>& v) {
+// Elements of the tensors that are (expert) or are not (!expert) expert weights.
+double sum(const std::vector<ParamTensor>& v, bool expert) {
   double s = 0;
-  for (double x : v) s += x;
+  for (const auto& x : v)
+    if (x.expert == expert) s += x.n;
   return s;
 }
+double sum(const std::vector<ParamTensor>& v) { return sum(v, false) + sum(v, true); }
 
 }  // namespace
 
@@ -108,7 +118,7 @@ bool expandable_segments_by_default(spec::Engine engine) { return engine == spec
 
 Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const plan::Plan& p, int stage,
                                                int iterations) {
-  MIST_TRY(const Lowering* lowering, job.lowering(p.sequence_parallel && p.tp > 1, p.recompute));
+  MIST_TRY(const Lowering* lowering, job.lowering(p));
   const graph::LoweredModel& lm = lowering->model;
   const spec::TrainingSpec& tr = job.training();
   const plan::StagePlan& st = p.stages.at(static_cast<size_t>(stage));
@@ -117,7 +127,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
 
   sym::Bindings b = lm.dims;
   b["b"] = static_cast<double>(p.micro_batch_size);
-  b["t"] = static_cast<double>(p.tp);
+  bind_parallel_degrees(b, p);
 
   const graph::TraceMode block_mode =
       p.recompute == plan::Recompute::kSelective ? graph::TraceMode::kSelective : graph::TraceMode::kSaveAll;
@@ -139,19 +149,25 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
       ch.push_back({j < st.ckpt_layers ? &block_full : &block, 0, blk_tensors});
     if (last && c == v - 1) {
       auto t = param_tensors(lm.head, b);
-      if (p.pp > 1 && job.model().tie_word_embeddings) t.push_back(sym::evaluate_or_zero(lm.tied_head_params, b));
+      if (p.pp > 1 && job.model().tie_word_embeddings)
+        t.push_back({sym::evaluate_or_zero(lm.tied_head_params, b), false});
       ch.push_back({&head, 0, t});
     }
     for (auto& s : ch) s.params = sum(s.tensors);
   }
 
   const plan::ShardFactors z = plan::shard_factors(st.zero, p.dp);
+  const plan::ShardFactors zx = plan::shard_factors(st.zero, plan::expert_dp(p));
   const auto& off = st.offload;
   const double wb = spec::dtype_bytes(tr.precision), gb = spec::dtype_bytes(tr.grad_dtype);
   const double K = optimizer_bytes_per_param(tr);
   const double master = tr.mixed_precision() ? 4.0 : 0.0;
   const double w_per = wb * (1 - off.weights) / z.weights, g_per = gb * (1 - off.gradients) / z.gradients;
   const double o_keep = (1 - off.optimizer_states) / z.optimizer_states;
+  // The same for expert weights, sharded over the expert data-parallel group.
+  const double w_per_x = wb * (1 - off.weights) / zx.weights, g_per_x = gb * (1 - off.gradients) / zx.gradients;
+  const double o_keep_x = (1 - off.optimizer_states) / zx.optimizer_states;
+  auto keep = [&](const ParamTensor& t) { return t.expert ? o_keep_x : o_keep; };
   const bool gathered = z.weights > 1 || off.weights > 0;  // weights gathered per layer
   const bool reduced = z.gradients > 1 || off.gradients > 0;  // gradients reduce-scattered per layer
 
@@ -170,19 +186,24 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
   // Model state. torchtitan (FSDP2) keeps one sharded tensor per parameter; Megatron-Core and
   // DeepSpeed keep flat buffers (Megatron's DDP grad buffer, the distributed optimizer's param
   // buffer, DeepSpeed's flat partitions).
-  std::vector<double> all_tensors;
+  std::vector<ParamTensor> all_tensors;
   for (const auto& ch : chunks)
     for (const auto& s : ch) all_tensors.insert(all_tensors.end(), s.tensors.begin(), s.tensors.end());
   const double stage_params = sum(all_tensors);
+  const double stage_experts = sum(all_tensors, true);
   if (torchtitan) {
-    for (double n : all_tensors) B.alloc(w_per * n);
+    for (const auto& t : all_tensors) B.alloc(w_per * t.n);
   } else {
-    B.alloc(w_per * stage_params);
-    B.alloc(g_per * stage_params);  // Megatron's grad buffer (ZeRO-2/3: the shard DeepSpeed keeps)
+    B.alloc(w_per * (stage_params - stage_experts));
+    B.alloc(g_per * (stage_params - stage_experts));  // Megatron's grad buffer (ZeRO-2/3: the shard DeepSpeed keeps)
+    if (stage_experts > 0) {  // Megatron's expert-parallel buffers
+      B.alloc(w_per_x * stage_experts);
+      B.alloc(g_per_x * stage_experts);
+    }
   }
   // The fp32 master copy: per parameter (Megatron's distributed optimizer shards each); DeepSpeed flat.
   if (master > 0 && job.engine() != spec::Engine::kDeepSpeed)
-    for (double n : all_tensors) B.alloc(master * o_keep * n);
+    for (const auto& t : all_tensors) B.alloc(master * keep(t) * t.n);
   else if (master > 0)
     B.alloc(master * o_keep * stage_params);
   // cuBLAS and cuBLASLt workspaces (through the caching allocator since PyTorch 1.11).
@@ -199,7 +220,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
     int64_t flat = B.alloc(wb * s.params, kAllGatherStream);
     B.free(gather_flat);
     gather_flat = flat;
-    for (double n : s.tensors) unsharded.push_back(B.alloc(wb * n));
+    for (const auto& t : s.tensors) unsharded.push_back(B.alloc(wb * t.n));
   };
   auto reshard = [&](std::vector<int64_t>& unsharded) {
     for (auto& id : unsharded) B.free(id);
@@ -217,7 +238,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
     }
     // Weight gradients of the layer (unsharded, training precision), copied into the reduce input.
     std::vector<int64_t> wgrads;
-    for (double n : s.tensors) wgrads.push_back(B.alloc(wb * n));
+    for (const auto& t : s.tensors) wgrads.push_back(B.alloc(wb * t.n));
     int64_t in = B.alloc(gb * s.params, kReduceScatterStream);
     for (auto& id : wgrads) B.free(id);
     if (grad == 0) {
@@ -289,7 +310,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
         if (job.engine() == spec::Engine::kDeepSpeed)
           optimizer_states.push_back(B.alloc(4 * o_keep * stage_params));
         else
-          for (double n : all_tensors) optimizer_states.push_back(B.alloc(4 * o_keep * n));
+          for (const auto& t : all_tensors) optimizer_states.push_back(B.alloc(4 * keep(t) * t.n));
       }
     }
     // torchtitan's optimizer.zero_grad() sets gradients to None: their memory returns to the cache.

@@ -21,7 +21,7 @@ Expr S(const char* name) { return Expr::symbol(name); }
 
 const std::vector<std::string> kShapeSymbols = {"s", "h", "a", "g", "f", "V"};
 const std::vector<std::string> kKnobSymbols = {
-    "b", "t", "d", "l", "c", "p", "zw", "zg", "zo", "wo", "go", "oo", "ao",
+    "b", "t", "ep", "etp", "d", "l", "c", "p", "zw", "zg", "zo", "zwx", "zgx", "zox", "wo", "go", "oo", "ao",
     "E", "H", "T", "Q", "W", "G", "O", "A", "C_ctx", "C_blas", "C_nccl"};
 
 // Expected waste of rounding one allocation up to the caching allocator's 2 MiB granularity.
@@ -57,10 +57,19 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   const Expr gb = Expr(spec::dtype_bytes(training.grad_dtype));
   const Expr K = Expr(optimizer_bytes_per_param(training));
 
-  // Parameters held by one GPU of the stage, before ZeRO sharding.
+  // Parameters held by one GPU of the stage, before ZeRO sharding. A mixture of experts' expert
+  // weights (P_exp) are sharded by ZeRO over the expert data-parallel group (zwx, zgx, zox), the
+  // rest over the data-parallel group.
   const Expr P_blk = lm.block.params(), P_emb = lm.embedding.params();
   const Expr P_head = lm.head.params() + T * lm.tied_head_params;
   const Expr P_stage = l * P_blk + E * P_emb + H * P_head;
+  const Expr P_blkx = lm.block.expert_params();
+  const bool experts = !(P_blkx.is_constant() && P_blkx.constant_value() == 0);
+  const Expr P_exp = l * P_blkx;
+  // bytes·P/z for the dense share, bytes·P_exp/zx for the experts'; its formula in words.
+  auto sharded = [&](const Expr& bytes, const Expr& z, const Expr& zx, const Expr& kept) {
+    return experts ? bytes * ((P_stage - P_exp) / z + P_exp / zx) * kept : bytes * P_stage * kept / z;
+  };
 
   // Activations of one micro-batch on this stage (formula form and bound form).
   const Expr A_blk = selective ? block_free.saved_selective : block_free.saved;
@@ -99,14 +108,21 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
       {"X_blk", "a block's live bytes above what it keeps, worst of forward/backward", X_blk},
       {"X_head", "the same for the head (logits and their fp32 copy)", X_head},
   };
+  if (experts)
+    M.quantities.insert(M.quantities.begin() + 4,
+                        {"P_exp", "expert weights of the stage on one GPU (E/ep experts, 1/etp of each)", P_exp, false});
   auto n = [](int v) { return std::to_string(v); };
+  auto shown = [&](const std::string& bytes, const std::string& off, const std::string& z) {
+    return experts ? bytes + "·((P_stage - P_exp)/" + z + " + P_exp/" + z + "x)·(1 - " + off + ")"
+                   : bytes + "·P_stage·(1 - " + off + ")/" + z;
+  };
   M.terms = {
       {"weights", "parameters in training precision, ZeRO-3 sharded, minus the offloaded share",
-       n(wbi) + "·P_stage·(1 - wo)/zw", wb * P_stage * (1 - wo) / zw},
+       shown(n(wbi), "wo", "zw"), sharded(wb, zw, S("zwx"), 1 - wo)},
       {"gradients", "gradients in grad_dtype, sharded by ZeRO-2/3, minus the offloaded share",
-       n(gbi) + "·P_stage·(1 - go)/zg", gb * P_stage * (1 - go) / zg},
+       shown(n(gbi), "go", "zg"), sharded(gb, zg, S("zgx"), 1 - go)},
       {"optimizer_states", "optimizer state (fp32 master, moments), sharded by ZeRO-1+, minus offload",
-       n(Ki) + "·P_stage·(1 - oo)/zo", K * P_stage * (1 - oo) / zo},
+       shown(n(Ki), "oo", "zo"), sharded(K, zo, S("zox"), 1 - oo)},
       {"activations", "saved activations of the p micro-batches in flight, minus the offloaded share",
        "p·(1 - ao)·A_mb", p * (1 - ao) * A_mb},
       {"activation_transient",
@@ -118,7 +134,8 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
       {"gradient_buffers", "full gradients of the largest layer before reduce-scatter/offload, double-buffered",
        "G·2·" + n(gbi) + "·max(P_blk, E·P_emb, H·P_head)", S("G") * 2 * gb * P_max},
       {"offload_buffers", "one block's optimizer state and activations swapped back in",
-       "O·" + n(Ki) + "·P_blk/zo + A·ao·A_blk", S("O") * K * bound(P_blk, dims) / zo + S("A") * ao * A_blk},
+       "O·" + n(Ki) + "·P_blk/zo + A·ao·A_blk",
+       S("O") * K * (bound(P_blk - P_blkx, dims) / zo + bound(P_blkx, dims) / S("zox")) + S("A") * ao * A_blk},
       {"pipeline_buffers", "send and receive buffers of the stage boundary activations",
        "Q·2·A_in", S("Q") * 2 * block_free.output},
       {"blas_workspace", "cuBLAS and cuBLASLt workspaces of the compute stream", "2·C_blas",
@@ -137,7 +154,8 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   M.peak = sym::sum(all);
   M.block_activation = A_blk;
   M.block_activation_recomputed = A_in;
-  M.host_bytes = wb * P_stage * wo / zw + gb * P_stage * go / zg + K * P_stage * oo / zo + p * ao * A_mb;
+  M.host_bytes = sharded(wb, zw, S("zwx"), wo) + sharded(gb, zg, S("zgx"), go) + sharded(K, zo, S("zox"), oo) +
+                 p * ao * A_mb;
 
   M.inputs = kShapeSymbols;
   M.inputs.insert(M.inputs.end(), kKnobSymbols.begin(), kKnobSymbols.end());
@@ -164,6 +182,7 @@ double in_flight_micro_batches(const plan::Plan& p, int stage) {
 std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
                                                              double in_flight, double nccl_bytes) {
   const plan::ShardFactors z = plan::shard_factors(st.zero, layout.dp);
+  const plan::ShardFactors zx = plan::shard_factors(st.zero, plan::expert_dp(layout));
   const auto& o = st.offload;
   return {static_cast<double>(st.num_layers),
           static_cast<double>(st.ckpt_layers),
@@ -181,7 +200,16 @@ std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& l
           in_flight,
           static_cast<double>(layout.micro_batch_size),
           static_cast<double>(layout.dp),
-          nccl_bytes};
+          nccl_bytes,
+          zx.weights,
+          zx.gradients,
+          zx.optimizer_states};
+}
+
+void bind_parallel_degrees(sym::Bindings& at, const plan::Plan& p) {
+  at["t"] = static_cast<double>(p.tp);
+  at["ep"] = static_cast<double>(p.ep);
+  at["etp"] = static_cast<double>(p.etp);
 }
 
 sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& m, const spec::ClusterSpec& c,
@@ -190,7 +218,7 @@ sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& 
   sym::Bindings k = lm.dims;
   const auto values = setting_knob_values(p, st, in_flight_micro_batches(p, index), nccl_bytes);
   for (size_t i = 0; i < kSettingKnobs.size(); ++i) k[kSettingKnobs[i]] = values[i];
-  k["t"] = static_cast<double>(p.tp);
+  bind_parallel_degrees(k, p);
   k["E"] = first ? 1.0 : 0.0;
   k["H"] = last ? 1.0 : 0.0;
   k["T"] = last && p.pp > 1 && m.tie_word_embeddings ? 1.0 : 0.0;
@@ -203,7 +231,7 @@ sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& 
 Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& p) {
   const auto& m = job.model();
   const auto& c = job.cluster();
-  MIST_TRY(const Lowering* lowering, job.lowering(p.sequence_parallel && p.tp > 1, p.recompute));
+  MIST_TRY(const Lowering* lowering, job.lowering(p));
   const graph::LoweredModel& lm = lowering->model;
   const StageMemoryModel& M = lowering->memory;
 

@@ -115,8 +115,10 @@ double in_flight_micro_batches(const plan::Plan& p, int stage);
 
 // The knobs a stage setting and its layout set, in this order: what the tuner's specialised memory
 // programs take as inputs (everything else is folded into them). The one home of the knob vector.
-inline constexpr std::array<const char*, 17> kSettingKnobs = {"l", "c", "zw", "zg", "zo", "wo", "go", "oo", "ao",
-                                                              "W", "G", "O",  "A",  "p",  "b",  "d",  "C_nccl"};
+// zwx, zgx, zox: the ZeRO factors of the expert weights over the expert data-parallel group.
+inline constexpr std::array<const char*, 20> kSettingKnobs = {"l", "c",  "zw", "zg", "zo",  "wo",  "go",
+                                                              "oo", "ao", "W",  "G",  "O",   "A",   "p",
+                                                              "b", "d",  "C_nccl", "zwx", "zgx", "zox"};
 // Their values for setting `st` of a stage of `layout` that holds `in_flight` micro-batches
 // (in_flight_micro_batches) with `nccl_bytes` of NCCL buffers; allocation-free (the tuner's hot path).
 std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
@@ -128,5 +130,9 @@ std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& l
 // nccl_buffer_bytes(p, c), the same for every stage.
 sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                           const plan::Plan& p, const plan::StagePlan& st, int index, double nccl_bytes);
+
+// Binds the lowering's parallel degrees of plan `p`: t (tp), ep and etp. The one home of the rule
+// for the memory model, the time model and the allocation trace.
+void bind_parallel_degrees(sym::Bindings& at, const plan::Plan& p);
 
 }  // namespace mist::analysis

@@ -1,8 +1,8 @@
 #include "analysis/prepared_job.hpp"
 
-#include <array>
+#include <map>
 #include <mutex>
-#include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -12,8 +12,9 @@ namespace mist::analysis {
 
 struct PreparedJob::Cache {
   std::mutex mu;
-  // [sequence parallel][recompute mode]; a built entry never moves, so pointers to it stay valid.
-  std::array<std::array<std::optional<Result<std::unique_ptr<Lowering>>>, 2>, 2> lowerings;
+  // Keyed by (sequence parallel, recompute mode, expert parallel, expert tensor parallel, one local
+  // expert); a built entry never moves (std::map nodes), so pointers to it stay valid.
+  std::map<std::tuple<bool, size_t, bool, bool, bool>, Result<std::unique_ptr<Lowering>>> lowerings;
 };
 
 Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
@@ -64,21 +65,39 @@ PreparedJob PreparedJob::with_allocator_replay(bool on) const {
 }
 
 Result<const Lowering*> PreparedJob::lowering(bool sequence_parallel, plan::Recompute recompute) const {
+  return lowering_with(sequence_parallel, recompute, false, false, false);
+}
+
+Result<const Lowering*> PreparedJob::lowering(const plan::Plan& p) const {
+  // A dense model has no dispatcher: every plan shares the lowering without expert collectives.
+  const bool moe = model().is_moe();
+  return lowering_with(p.sequence_parallel && p.tp > 1, p.recompute, moe && p.ep > 1, moe && p.etp > 1,
+                       moe && p.ep == model().num_experts);
+}
+
+Result<const Lowering*> PreparedJob::lowering_with(bool sequence_parallel, plan::Recompute recompute,
+                                                   bool expert_parallel, bool expert_tensor_parallel,
+                                                   bool one_local_expert) const {
   const size_t r = static_cast<size_t>(recompute);
   if (r >= 2) return fail("plan.recompute", "unknown recompute mode");
   std::lock_guard lock(cache_->mu);
-  auto& slot = cache_->lowerings[sequence_parallel ? 1 : 0][r];
-  if (!slot) {
+  const auto key = std::make_tuple(sequence_parallel, r, expert_parallel, expert_tensor_parallel, one_local_expert);
+  auto it = cache_->lowerings.find(key);
+  if (it == cache_->lowerings.end()) {
     const auto& t = training();
-    auto lm = graph::lower(model(), t.seq_length, graph::lowering_options(t, sequence_parallel, engine()));
+    auto o = graph::lowering_options(t, sequence_parallel, engine());
+    o.expert_parallel = expert_parallel;
+    o.expert_tensor_parallel = expert_tensor_parallel;
+    o.one_local_expert = one_local_expert;
+    auto lm = graph::lower(model(), t.seq_length, o);
     auto memory = build_stage_memory_model(lm, t, recompute);
-    if (memory)
-      slot = std::make_unique<Lowering>(Lowering{std::move(lm), std::move(*memory)});
-    else
-      slot = std::unexpected(memory.error());
+    Result<std::unique_ptr<Lowering>> slot =
+        memory ? Result<std::unique_ptr<Lowering>>(std::make_unique<Lowering>(Lowering{std::move(lm), std::move(*memory)}))
+               : std::unexpected(memory.error());
+    it = cache_->lowerings.emplace(key, std::move(slot)).first;
   }
-  if (!*slot) return std::unexpected(slot->error());
-  return slot->value().get();
+  if (!it->second) return std::unexpected(it->second.error());
+  return it->second.value().get();
 }
 
 MatmulRate matmul_rate(const PreparedJob& job) {

@@ -45,7 +45,8 @@ struct Calibration {
   bool overlap_tp_comm = false;
 };
 
-// The model lowered into layers and its stage memory model for one (sequence parallelism, recompute).
+// The model lowered into layers and its stage memory model for one (sequence parallelism, recompute,
+// expert parallelism, expert tensor parallelism).
 struct Lowering {
   graph::LoweredModel model;
   StageMemoryModel memory;
@@ -88,6 +89,9 @@ class PreparedJob {
   // Built on first use, then shared (thread-safe); valid for the life of every copy of the job.
   // `sequence_parallel` is the plan's, already reduced to tp > 1.
   Result<const Lowering*> lowering(bool sequence_parallel, plan::Recompute recompute) const;
+  // The lowering plan `p` runs: its sequence parallelism (tp > 1), recompute mode and, for a
+  // mixture of experts, which dispatcher collectives its ep and etp need.
+  Result<const Lowering*> lowering(const plan::Plan& p) const;
 
  private:
   struct Inputs {
@@ -97,6 +101,8 @@ class PreparedJob {
     spec::Engine engine;
   };
   struct Cache;
+  Result<const Lowering*> lowering_with(bool sequence_parallel, plan::Recompute recompute, bool expert_parallel,
+                                        bool expert_tensor_parallel, bool one_local_expert) const;
   PreparedJob(std::shared_ptr<const Inputs> inputs, std::shared_ptr<Cache> cache, TimeConstants constants,
               Calibration calibration)
       : inputs_(std::move(inputs)), cache_(std::move(cache)), constants_(std::move(constants)),

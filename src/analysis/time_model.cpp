@@ -17,7 +17,7 @@ using hardware::Collective;
 
 // `acts`: the layer's saved activations, as the job's memory model computed them once.
 LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& acts, const sym::Bindings& at,
-                       const spec::ClusterSpec& c, spec::Dtype d, hardware::Group tp, bool selective,
+                       const spec::ClusterSpec& c, spec::Dtype d, const hardware::Placement& place, bool selective,
                        const TimeConstants& k, const profile::OpTable* table, profile::SourceCounts& sources) {
   LayerTimes r;
   const std::string shape = table ? profile::shape_key(L.kind, at) : std::string();
@@ -31,10 +31,14 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
     if (op.selective_recompute) r.core_fwd += t.fwd;
     auto comm = [&](const graph::TpComm& cm) {
       if (cm.kind == graph::CommKind::kNone) return 0.0;
-      const auto kind = cm.kind == graph::CommKind::kAllReduce   ? Collective::kAllReduce
-                        : cm.kind == graph::CommKind::kAllGather ? Collective::kAllGather
-                                                                 : Collective::kReduceScatter;
-      return hardware::collective_time(c, kind, tp, sym::evaluate_or_zero(cm.bytes, at), k.comm);
+      const auto kind = cm.kind == graph::CommKind::kAllReduce       ? Collective::kAllReduce
+                        : cm.kind == graph::CommKind::kAllGather     ? Collective::kAllGather
+                        : cm.kind == graph::CommKind::kReduceScatter ? Collective::kReduceScatter
+                                                                     : Collective::kAllToAll;
+      const hardware::Group& g = cm.group == graph::CommGroup::kExpert     ? place.ep
+                                 : cm.group == graph::CommGroup::kExpertTp ? place.etp
+                                                                           : place.tp;
+      return hardware::collective_time(c, kind, g, sym::evaluate_or_zero(cm.bytes, at), k.comm);
     };
     if (op.exposed_comm) {
       r.fwd_exposed += comm(op.fwd_comm);
@@ -69,6 +73,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       r.bwd_tp_async += grad_comm + regather;
   }
   r.params = sym::evaluate_or_zero(L.params(), at);
+  r.expert_params = sym::evaluate_or_zero(L.expert_params(), at);
   r.saved = sym::evaluate_or_zero(selective ? acts.saved_selective : acts.saved, at);
   return r;
 }
@@ -131,18 +136,18 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   r.k_ = job.constants();
   const bool sp = p.sequence_parallel && p.tp > 1;
   const bool selective = p.recompute == plan::Recompute::kSelective;
-  MIST_TRY(const Lowering* lowering, job.lowering(sp, p.recompute));
+  MIST_TRY(const Lowering* lowering, job.lowering(p));
   const graph::LoweredModel& lm = lowering->model;
   sym::Bindings at = lm.dims;
   at["b"] = static_cast<double>(p.micro_batch_size);
-  at["t"] = static_cast<double>(p.tp);
-  r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp);
+  bind_parallel_degrees(at, p);
+  r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp, p.ep, p.etp);
   const profile::OpTable* table = r.k_.profile.get();
   const StageMemoryModel& mem = lowering->memory;
-  r.blk_ = layer_times(lm.block, mem.block, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
-  r.emb_ = layer_times(lm.embedding, mem.embedding, at, c, t.precision, r.place_.tp, selective, r.k_, table,
+  r.blk_ = layer_times(lm.block, mem.block, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
+  r.emb_ = layer_times(lm.embedding, mem.embedding, at, c, t.precision, r.place_, selective, r.k_, table,
                        r.sources_);
-  r.head_ = layer_times(lm.head, mem.head, at, c, t.precision, r.place_.tp, selective, r.k_, table, r.sources_);
+  r.head_ = layer_times(lm.head, mem.head, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
   r.tied_params_ = sym::evaluate_or_zero(lm.tied_head_params, at);
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks).
@@ -156,7 +161,7 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   // Model FLOPs: 3 × the forward matmul FLOPs of the whole model (no recompute), one sequence at t = 1.
   sym::Bindings one = lm.dims;
   one["b"] = 1;
-  one["t"] = 1;
+  one["t"] = one["ep"] = one["etp"] = 1;
   auto matmul_flops = [&](const graph::Layer& L) {
     double f = 0;
     for (const auto& op : L.ops)
@@ -186,12 +191,20 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const auto& place = place_;
   StageTimeParts s;
   // Per block: ZeRO-3 gathers the block's weights in forward and backward, ZeRO-2+ reduce-
-  // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe.
-  const double w_bytes = blk.params * wb, g_bytes = blk.params * gb;
-  const double ag = st.zero >= 3 ? hardware::collective_time(c, Collective::kAllGather, place.dp, w_bytes, k.comm) : 0;
-  const double rs = st.zero >= 2 ? hardware::collective_time(c, Collective::kReduceScatter, place.dp, g_bytes, k.comm) : 0;
+  // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe. A
+  // mixture of experts' expert weights are sharded and reduced over the expert data-parallel group.
+  const double blk_dense = blk.params - blk.expert_params, blk_exp = blk.expert_params;
+  // A collective over the data-parallel group for `dense` bytes, then over the expert one for `exp`.
+  auto dp_collective = [&](Collective op, double dense, double exp) {
+    return hardware::collective_time(c, op, place.dp, dense, k.comm) +
+           hardware::collective_time(c, op, place.edp, exp, k.comm);
+  };
+  const double ag = st.zero >= 3 ? dp_collective(Collective::kAllGather, blk_dense * wb, blk_exp * wb) : 0;
+  const double rs = st.zero >= 2 ? dp_collective(Collective::kReduceScatter, blk_dense * gb, blk_exp * gb) : 0;
   const plan::ShardFactors shard = plan::shard_factors(st.zero, p.dp);
-  const double w_shard = w_bytes / shard.weights, g_shard = g_bytes / shard.gradients;
+  const plan::ShardFactors shard_x = plan::shard_factors(st.zero, plan::expert_dp(p));
+  const double w_shard = (blk_dense / shard.weights + blk_exp / shard_x.weights) * wb;
+  const double g_shard = (blk_dense / shard.gradients + blk_exp / shard_x.gradients) * gb;
   const double w_swap = hardware::host_copy_time(c, off.weights * w_shard, k.comm);
   const double g_swap = hardware::host_copy_time(c, off.gradients * g_shard, k.comm);
   const double a_swap = hardware::host_copy_time(c, off.activations * blk.saved, k.comm);
@@ -224,8 +237,8 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
   // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter
   // kept (ZeRO-2/3 reduce-scatter every micro-batch and accumulate their shard).
-  const double accum_params =
-      (l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0)) / shard.gradients;
+  const double accum_params = (l * blk_dense + (first ? emb.params : 0) + (last ? head.params : 0)) / shard.gradients +
+                              l * blk_exp / shard_x.gradients;
   const double accum =
       p.grad_accumulation_fusion ? 0 : hardware::streaming_time(c.gpu, accum_params * 3 * gb, k.perf);
   const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
@@ -240,10 +253,11 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   // (ZeRO-1+; ZeRO-3 gathers per layer instead), the optimizer step, the tied-embedding sync.
   const double stage_params = l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0) +
                               (last && p.pp > 1 ? tied_params_ : 0);
+  const double stage_exp = l * blk_exp, stage_dense = stage_params - stage_exp;
   double grad_sync = 0, param_gather = 0;
   if (st.zero <= 1) {
-    grad_sync = hardware::collective_time(c, st.zero == 1 ? Collective::kReduceScatter : Collective::kAllReduce,
-                                          place.dp, stage_params * gb, k.comm);
+    grad_sync = dp_collective(st.zero == 1 ? Collective::kReduceScatter : Collective::kAllReduce, stage_dense * gb,
+                              stage_exp * gb);
     if (p.overlap_grad_reduce) {
       const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
       // Hidden behind the last backward of the stage's last chunk (all of it when v = 1): an
@@ -253,13 +267,13 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     }
   }
   if (st.zero >= 1 && st.zero <= 2) {
-    param_gather = hardware::collective_time(c, Collective::kAllGather, place.dp, stage_params * wb, k.comm);
+    param_gather = dp_collective(Collective::kAllGather, stage_dense * wb, stage_exp * wb);
     if (p.overlap_param_gather) {
       const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
       param_gather = std::max(param_gather - fwd / v, param_gather * bucket);  // the first chunk's forward
     }
   }
-  const double local = stage_params / shard.optimizer_states;
+  const double local = stage_dense / shard.optimizer_states + stage_exp / shard_x.optimizer_states;
   const double step_gpu =
       hardware::streaming_time(c.gpu, (1 - off.optimizer_states) * local * optimizer_step_bytes(t), k.perf);
   const double step_cpu = off.optimizer_states > 0

@@ -71,11 +71,13 @@ struct LayerTimes {
   // What the backward collectives add when each overlaps the GEMM it is launched against (the
   // plan's async_tp_backward): the time beyond that GEMM plus the interference while both run.
   double bwd_tp_async = 0;
-  // Collectives outside any GEMM (the MoE dispatcher's gather and scatter over the TP group): on
-  // the critical path whatever the plan overlaps.
+  // Collectives outside any GEMM (the MoE dispatcher's all-to-alls over the expert-parallel group,
+  // its gather and scatter over the expert tensor-parallel group): on the critical path whatever
+  // the plan overlaps.
   double fwd_exposed = 0, bwd_exposed = 0;
   double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
   double params = 0;                // parameters held by one GPU
+  double expert_params = 0;         // the expert weights among them (sharded over the expert grid)
   double saved = 0;                 // activation bytes kept for backward
   // Kernels the host issues for one pass (each op's kernels and each TP collective): times the
   // stack's host cost per kernel, a floor under the pass (the GPU waits for a slower host).

@@ -51,7 +51,8 @@ std::string layout(const plan::Plan& p) {
                              o.optimizer_states, o.activations);
   }
   const std::string v = p.virtual_pipeline_stages > 1 ? fmt::format(" v {}", p.virtual_pipeline_stages) : "";
-  return fmt::format("dp {} tp {} pp {}{} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, v, p.micro_batch_size,
+  return fmt::format("dp {} tp {} pp {}{}{} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, v,
+                     expert_degrees_text(p), p.micro_batch_size,
                      p.grad_accum_steps, p.recompute == plan::Recompute::kSelective ? " sel" : "", zero, ckpt,
                      offload.empty() ? "" : " offload" + offload);
 }

@@ -93,7 +93,7 @@ void add_moe_options(std::vector<Option>& o, const spec::ModelSpec& m) {
 }
 
 // An import's MoE flags against the model: what Megatron-LM would build must be what mist plans.
-Result<void> check_moe_flags(const Flags& f, const spec::ModelSpec& m, int64_t tp) {
+Result<void> check_moe_flags(const Flags& f, const spec::ModelSpec& m) {
   MIST_TRY(auto experts, f.integer("--num-experts", 1, int64_t{1} << 20));
   if (!m.is_moe()) {
     if (experts) return fail("--num-experts", fmt::format("model {} is dense (no experts)", m.name));
@@ -128,10 +128,6 @@ Result<void> check_moe_flags(const Flags& f, const spec::ModelSpec& m, int64_t t
   if (!f.has("--moe-token-dispatcher-type"))
     return fail("--moe-token-dispatcher-type", "is missing (Megatron-LM's default is allgather): mist models "
                                                "the alltoall dispatcher");
-  MIST_TRY(auto etp, f.integer("--expert-tensor-parallel-size", 1, 1024));
-  if (etp && *etp != tp)
-    return fail("--expert-tensor-parallel-size",
-                fmt::format("is {}: mist's plans shard the experts over the same {} GPUs as the attention (tp)", *etp, tp));
   return {};
 }
 
@@ -179,7 +175,11 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   add(o, "--tensor-model-parallel-size", p.tp);
   add(o, "--pipeline-model-parallel-size", p.pp);
   if (p.sequence_parallel) add(o, "--sequence-parallel");
-  if (m.is_moe()) add(o, "--expert-tensor-parallel-size", p.tp);
+  // Always both: Megatron's default expert tensor parallelism is tp, mist's plan field defaults to 1.
+  if (m.is_moe()) {
+    add(o, "--expert-model-parallel-size", p.ep);
+    add(o, "--expert-tensor-parallel-size", p.etp);
+  }
   const MegatronSplit split = megatron_split(detail::stage_layers(p), v);
   if (split.layout) {
     add(o, "--pipeline-model-parallel-layout", *split.layout);  // carries the virtual stages too
@@ -264,14 +264,23 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   MIST_TRY(auto tp, f.integer("--tensor-model-parallel-size", 1, 1024));
   MIST_TRY(auto pp, f.integer("--pipeline-model-parallel-size", 1, 100000));
   MIST_TRY(auto cp, f.integer("--context-parallel-size", 1, 1024));
-  MIST_TRY(auto ep, f.integer("--expert-model-parallel-size", 1, 1024));
+  MIST_TRY(auto ep, f.integer("--expert-model-parallel-size", 1, 1 << 20));
+  MIST_TRY(auto etp, f.integer("--expert-tensor-parallel-size", 1, 1024));
   if (cp.value_or(1) > 1) return fail("--context-parallel-size", "mist's plans have no context parallelism");
-  if (ep.value_or(1) > 1) return fail("--expert-model-parallel-size", "mist's plans have no expert parallelism");
+  if (!m.is_moe() && ep.value_or(1) > 1)
+    return fail("--expert-model-parallel-size", fmt::format("is {} but model {} has no experts", *ep, m.name));
   p.tp = tp.value_or(1);
   p.pp = pp.value_or(1);
-  MIST_CHECK(check_moe_flags(f, m, p.tp));
+  MIST_CHECK(check_moe_flags(f, m));
+  if (m.is_moe()) {
+    p.ep = ep.value_or(1);
+    p.etp = etp.value_or(p.tp);  // Megatron's default: the experts split as the attention
+  }
   MIST_TRY(p.dp, detail::data_parallel(p.tp, p.pp, c, "--tensor-model-parallel-size",
                                                "--pipeline-model-parallel-size"));
+  if (auto ok = plan::check_experts(m, p.tp, p.dp, p.ep, p.etp); !ok)
+    return fail(ok.error().path == "plan.etp" ? "--expert-tensor-parallel-size" : "--expert-model-parallel-size",
+                ok.error().message);
   p.sequence_parallel = f.has("--sequence-parallel");
 
   MIST_TRY(auto mbs, f.integer("--micro-batch-size", 1, 1'000'000'000));

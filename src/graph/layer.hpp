@@ -3,6 +3,7 @@
 // Symbols (docs/memory-model.md has the full legend):
 //   b micro-batch size   s sequence length   h hidden size   a query heads   g key/value heads
 //   f FFN hidden size    V vocabulary size   t tensor-parallel degree
+//   ep expert-parallel degree   etp expert tensor-parallel degree (mixtures of experts)
 // Sizes are in bytes for one micro-batch on one GPU, after tensor (and sequence) parallel
 // sharding. FLOPs count multiply-adds as 2.
 #pragma once
@@ -21,17 +22,22 @@ using sym::Expr;
 struct Symbols {
   Expr b = Expr::symbol("b"), s = Expr::symbol("s"), h = Expr::symbol("h"),
        a = Expr::symbol("a"), g = Expr::symbol("g"), f = Expr::symbol("f"),
-       V = Expr::symbol("V"), t = Expr::symbol("t");
+       V = Expr::symbol("V"), t = Expr::symbol("t"), ep = Expr::symbol("ep"), etp = Expr::symbol("etp");
 };
 const Symbols& symbols();
 
-enum class CommKind { kNone, kAllReduce, kAllGather, kReduceScatter };
+enum class CommKind { kNone, kAllReduce, kAllGather, kReduceScatter, kAllToAll };
 const char* to_string(CommKind k);
 
-// A tensor-parallel collective on an op's activation (Megatron's f/g operators).
+// The group a collective runs over: the tensor-parallel group, or the expert grid's (Megatron's
+// parallel folding) expert tensor-parallel or expert-parallel group.
+enum class CommGroup { kTp, kExpertTp, kExpert };
+
+// A collective on an op's activation (Megatron's f/g operators; the MoE dispatcher's).
 struct TpComm {
   CommKind kind = CommKind::kNone;
-  Expr bytes;  // size of the full (unsharded) tensor exchanged
+  Expr bytes;  // size of the full (unsharded) tensor exchanged; all-to-all: what one rank sends
+  CommGroup group = CommGroup::kTp;
 };
 
 struct Tensor {
@@ -53,6 +59,7 @@ struct Op {
   std::vector<int> temporaries;             // allocated and freed inside the op (forward and backward)
   std::vector<int> bwd_temporaries;         // allocated and freed inside the op's backward only
   Expr params;                              // parameters this op holds on one GPU
+  bool expert = false;                      // params are expert weights (sharded and reduced over the expert grid)
   Expr fwd_flops, bwd_flops;                // backward = input grads + weight grads
   Expr bytes_read, bytes_written;           // forward memory traffic
   int stream_kernels = 1;                   // kernels a memory-bound op runs per pass (eager: one per step)
@@ -93,7 +100,8 @@ struct Layer {
   int input = -1;   // tensor id of the layer input (produced upstream)
   int output = -1;  // tensor id passed downstream
 
-  Expr params() const;  // Σ op params (per GPU)
+  Expr params() const;         // Σ op params (per GPU)
+  Expr expert_params() const;  // the expert weights among them (Op::expert)
   Expr fwd_flops() const;
   Expr bwd_flops() const;
 };
@@ -122,6 +130,14 @@ struct LoweringOptions {
   // what a fused kernel keeps (eager_elementwise off); the embedding and the head stay eager.
   bool compiled_blocks = false;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;  // the blocks' policy
+  // Mixtures of experts: the dispatcher's all-to-alls over the expert-parallel group exist (ep > 1),
+  // and its all-gather / reduce-scatter over the expert tensor-parallel group (etp > 1). Their
+  // sizes follow the symbols ep and etp.
+  // one_local_expert: each rank holds a single expert (ep = E), so the dispatcher has no rows to
+  // regroup expert-major (sort_chunks_by_idxs runs only with more than one local expert).
+  bool expert_parallel = false;
+  bool expert_tensor_parallel = false;
+  bool one_local_expert = false;
 };
 
 struct LoweredModel {

@@ -481,6 +481,7 @@ const char* to_string(CommKind k) {
     case CommKind::kAllReduce: return "all-reduce";
     case CommKind::kAllGather: return "all-gather";
     case CommKind::kReduceScatter: return "reduce-scatter";
+    case CommKind::kAllToAll: return "all-to-all";
   }
   return "?";
 }
@@ -489,6 +490,12 @@ Expr Layer::params() const {
   std::vector<Expr> v;
   for (const auto& o : ops) v.push_back(o.params);
   return sym::sum(v);
+}
+Expr Layer::expert_params() const {
+  std::vector<Expr> v;
+  for (const auto& o : ops)
+    if (o.expert) v.push_back(o.params);
+  return v.empty() ? Expr(0.0) : sym::sum(v);
 }
 Expr Layer::fwd_flops() const {
   std::vector<Expr> v;

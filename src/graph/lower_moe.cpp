@@ -1,10 +1,9 @@
 // The mixture-of-experts MLP of a block, as Megatron-Core runs it (megatron/core/transformer/moe:
-// TopKRouter, MoEAlltoAllTokenDispatcher, TEGroupedMLP, SharedExpertMLP) with the experts
-// tensor-parallel over the same t GPUs as the attention (expert_tensor_parallel_size = tp, its
-// default) and no expert parallelism, unfused permutation (--moe-permute-fusion off) and the
-// activation dtype for the router. Tokens are assumed balanced across experts: each expert computes
-// s·b·k/E tokens (the published MoE runs force the balance; a router imbalance factor is future
-// work). docs/memory-model.md, "Mixture of experts", lists what each step keeps, with the source
+// TopKRouter, MoEAlltoAllTokenDispatcher, TEGroupedMLP, SharedExpertMLP) on its expert grid: the
+// experts split over ep ranks and each expert's weights over etp ranks (symbols ep and etp), with
+// unfused permutation (--moe-permute-fusion off) and the activation dtype for the router. Tokens
+// are assumed balanced across experts: each expert computes s·b·k/E tokens of every sequence (the
+// published MoE runs force the balance; a router imbalance factor is future work). docs/memory-model.md, "Mixture of experts", lists what each step keeps, with the source
 // lines of Megatron-LM d98e8a64 it follows.
 #include "graph/builder.hpp"
 
@@ -14,13 +13,14 @@ namespace {
 
 Expr constant(int64_t v) { return Expr(static_cast<double>(v)); }
 
-// The expert GEMMs of all E experts in one grouped GEMM: E problems of s·b·k/E tokens each.
-// `tokens` is s·b·k (every token of the TP group, after the dispatcher's all-gather).
+// The GEMMs of this rank's `experts` local experts in one grouped GEMM, `tokens` rows in all
+// (tokens / experts each under balanced routing); the weights are expert parameters.
 int grouped_linear(LayerBuilder& B, const std::string& name, int x, Expr tokens, Expr in, Expr out, Expr experts) {
   const auto& o = B.o_;
   int y = B.tensor(name + ".out", tokens * out * w(o));
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
   op.params = experts * in * out;
+  op.expert = true;
   op.is_gemm = true;
   op.gemm = {experts, tokens / experts, out, in};
   op.fwd_flops = 2 * tokens * in * out;
@@ -30,15 +30,16 @@ int grouped_linear(LayerBuilder& B, const std::string& name, int x, Expr tokens,
   return y;
 }
 
-// A collective of the dispatcher over the TP group, outside any linear: the tokens each rank
-// routed gathered to every rank of the group (all-gather, reduce-scatter in backward), or the
-// experts' partial sums reduced back to the rank that owns each token (the reverse).
-int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr full_bytes, bool gather) {
-  const auto& o = B.o_;
-  int y = B.tensor(name + ".out", gather ? full_bytes : full_bytes / region(o));
+// A collective of the dispatcher, outside any linear, over `fwd.group`: the routed rows sent to
+// the ranks of their experts (all-to-all over the expert-parallel group, the reverse all-to-all in
+// backward), the rows of the expert tensor-parallel group gathered to each of its ranks
+// (all-gather, reduce-scatter in backward), or the experts' partial sums reduced back (the
+// reverse). `out_bytes`: its output on this rank, a new buffer.
+int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_bytes, TpComm fwd, TpComm bwd) {
+  int y = B.tensor(name + ".out", std::move(out_bytes));
   Op& op = B.op(name, OpKind::kCopy, {x}, {y}, {});
-  op.fwd_comm = {gather ? CommKind::kAllGather : CommKind::kReduceScatter, full_bytes};
-  op.bwd_comm = {gather ? CommKind::kReduceScatter : CommKind::kAllGather, full_bytes};
+  op.fwd_comm = std::move(fwd);
+  op.bwd_comm = std::move(bwd);
   op.exposed_comm = true;
   op.fwd_flops = Expr(0.0);
   op.bwd_flops = Expr(0.0);
@@ -73,7 +74,6 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   const Expr E = constant(m.num_experts), k = constant(m.experts_per_token);
   const Expr fe = constant(m.moe_ffn_hidden_size);
   const Expr local = sb() / region(o);  // tokens of this rank's sequence shard
-  const bool split = o.sequence_parallel;
 
   // Shared expert, computed first (MoELayer.custom_forward, without --moe-shared-expert-overlap):
   // a dense SwiGLU MLP on every token, tensor-parallel as the dense MLP is, optionally scaled by
@@ -132,14 +132,27 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   perm.bytes_read = routed * s.h * w(o);
   perm.bytes_written = routed * (s.h * w(o) + w(o) + 16);
 
-  // Under tensor parallelism the experts are sharded like an MLP: the dispatcher gathers every
-  // routed token of the group (tokens and probabilities) to every rank, which computes them on its
-  // 1/t of each expert.
-  const Expr rows = sb() * k;  // rows every expert GEMM of this rank computes
+  // The expert grid (parallel folding): the E experts are split over the ep ranks of the
+  // expert-parallel group, each expert's weights over the etp ranks of the expert tensor-parallel
+  // group. With ep > 1 each rank's routed rows go to the ranks of their experts (all-to-all, the
+  // probabilities too) and, balanced, as many come back; with etp > 1 the group's rows are gathered
+  // to each of its ranks, which computes them on its 1/etp of each local expert.
+  const Expr local_experts = E / s.ep;
+  const Expr rows = s.etp * routed;  // rows this rank's expert GEMMs compute
   int tokens = permuted, row_probs = permuted_probs;
-  if (split) {
-    tokens = dispatcher_comm(B, "moe.dispatch_gather", permuted, rows * s.h * w(o), true);
-    row_probs = dispatcher_comm(B, "moe.dispatch_gather_probs", permuted_probs, rows * w(o), true);
+  if (o.expert_parallel) {
+    const TpComm a2a{CommKind::kAllToAll, routed * s.h * w(o), CommGroup::kExpert};
+    const TpComm a2a_probs{CommKind::kAllToAll, routed * w(o), CommGroup::kExpert};
+    tokens = dispatcher_comm(B, "moe.dispatch_a2a", tokens, routed * s.h * w(o), a2a, a2a);
+    row_probs = dispatcher_comm(B, "moe.dispatch_a2a_probs", row_probs, routed * w(o), a2a_probs, a2a_probs);
+  }
+  if (o.expert_tensor_parallel) {
+    auto gather = [&](const std::string& name, int in, Expr full) {
+      return dispatcher_comm(B, name, in, full, {CommKind::kAllGather, full, CommGroup::kExpertTp},
+                             {CommKind::kReduceScatter, full, CommGroup::kExpertTp});
+    };
+    tokens = gather("moe.dispatch_gather", tokens, rows * s.h * w(o));
+    row_probs = gather("moe.dispatch_gather_probs", row_probs, rows * w(o));
   }
   // sort_chunks_by_idxs (more than one local expert): the rows regrouped expert-major, a copy.
   auto sort_chunks = [&](const std::string& name, int in, Expr bytes) {
@@ -151,23 +164,33 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
     c.bytes_written = bytes;
     return y;
   };
-  if (m.num_experts > 1) {
+  const bool sort = m.num_experts > 1 && !o.one_local_expert;
+  if (sort) {
     tokens = sort_chunks("moe.sort_chunks", tokens, rows * s.h * w(o));
     row_probs = sort_chunks("moe.sort_chunks_probs", row_probs, rows * w(o));
   }
-  int fc1 = grouped_linear(B, "moe.experts.fc1", tokens, rows, s.h, 2 * fe / s.t, E);
+  int fc1 = grouped_linear(B, "moe.experts.fc1", tokens, rows, s.h, 2 * fe / s.etp, local_experts);
   // SwiGLU weighted by each row's routing probability (WeightedSwiGLUFunction: the probabilities
   // multiply here, before fc2, not in the unpermutation): keeps its input and the probabilities.
-  Expr act = rows * fe / s.t;
+  Expr act = rows * fe / s.etp;
   int y = B.tensor("moe.experts.swiglu.out", act * w(o));
   Op& glu = B.op("moe.experts.swiglu", OpKind::kSwiGlu, {fc1, row_probs}, {y}, {fc1, row_probs});
   glu.fwd_flops = 5 * act;
   glu.bwd_flops = 10 * act;
   glu.bytes_read = 2 * act * w(o) + rows * w(o);
   glu.bytes_written = act * w(o);
-  int back = grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.t, s.h, E);
-  if (m.num_experts > 1) back = sort_chunks("moe.unsort_chunks", back, rows * s.h * w(o));
-  if (split) back = dispatcher_comm(B, "moe.combine_scatter", back, rows * s.h * w(o), false);
+  int back = grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.etp, s.h, local_experts);
+  if (sort) back = sort_chunks("moe.unsort_chunks", back, rows * s.h * w(o));
+  if (o.expert_tensor_parallel) {
+    const Expr full = rows * s.h * w(o);
+    back = dispatcher_comm(B, "moe.combine_scatter", back, routed * s.h * w(o),
+                           {CommKind::kReduceScatter, full, CommGroup::kExpertTp},
+                           {CommKind::kAllGather, full, CommGroup::kExpertTp});
+  }
+  if (o.expert_parallel) {
+    const TpComm a2a{CommKind::kAllToAll, routed * s.h * w(o), CommGroup::kExpert};
+    back = dispatcher_comm(B, "moe.combine_a2a", back, routed * s.h * w(o), a2a, a2a);
+  }
 
   // Unpermutation: each token's k rows added back into one (scatter_add by the kept indices).
   int out = B.tensor("moe.unpermute.out", local * s.h * w(o));

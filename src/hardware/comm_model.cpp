@@ -25,11 +25,24 @@ double latency(const spec::ClusterSpec& c, bool crosses_nodes) {
   return crosses_nodes ? c.inter_node_latency : c.intra_node_latency;
 }
 
+// An all-to-all (NCCL: a send and a receive to every peer, all in flight at once): of the n equal
+// shares a rank sends, m - 1 go to the peers on its node over NVLink and n - m leave it through its
+// network share, both at once; the slower path sets the time, plus one latency of the farthest.
+double all_to_all_time(const spec::ClusterSpec& c, Group g, double bytes, const CommConstants& k) {
+  const double n = static_cast<double>(g.size);
+  const double m = g.crosses_nodes ? static_cast<double>(std::max<int64_t>(1, g.per_node)) : n;
+  const double intra = ring_bandwidth(c, false, 1, k);
+  const double inter = ring_bandwidth(c, true, 1, k);
+  const double t = std::max((m - 1) / n * bytes / intra, g.crosses_nodes ? (n - m) / n * bytes / inter : 0.0);
+  return t + latency(c, g.crosses_nodes);
+}
+
 }  // namespace
 
 double collective_time(const spec::ClusterSpec& c, Collective op, Group g, double bytes,
                        const CommConstants& k) {
   if (g.size <= 1 || bytes <= 0) return 0;
+  if (op == Collective::kAllToAll) return all_to_all_time(c, g, bytes, k);
   const double n = static_cast<double>(g.size);
   // A ring all-reduce is a reduce-scatter then an all-gather: each moves (n-1)/n of the data.
   const double steps = op == Collective::kAllReduce ? 2.0 : 1.0;
@@ -47,12 +60,23 @@ double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConsta
   return bytes / (c.pcie_bw * k.pcie_efficiency);
 }
 
-Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp) {
+Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep, int64_t etp) {
   Placement p;
   const int64_t per_node = c.gpus_per_node;
+  // A group of `size` ranks `stride` apart: it leaves the node when it spans more ranks than a node
+  // has, and a node then holds per_node / stride of its members (at least one).
+  auto strided = [&](int64_t size, int64_t stride) {
+    return Group{size, stride * size > per_node && size > 1,
+                 std::clamp<int64_t>(per_node / std::max<int64_t>(1, stride), 1, size)};
+  };
   p.tp = {tp, tp > per_node, std::min(tp, per_node)};
   // DP ranks are tp apart: a node holds per_node / tp of them (one when TP fills the node).
-  p.dp = {dp, tp * dp > per_node && dp > 1, std::clamp<int64_t>(per_node / std::max<int64_t>(1, tp), 1, dp)};
+  p.dp = strided(dp, tp);
+  // The expert grid over the same tp·dp ranks: etp fastest, then ep, then expert data parallel.
+  const int64_t edp = std::max<int64_t>(1, tp * dp / std::max<int64_t>(1, ep * etp));
+  p.etp = {etp, etp > per_node, std::min(etp, per_node)};
+  p.ep = strided(ep, etp);
+  p.edp = strided(edp, etp * ep);
   p.pp_crosses_nodes = pp > 1 && tp * dp >= per_node && c.nodes > 1;
   return p;
 }

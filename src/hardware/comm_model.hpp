@@ -9,7 +9,7 @@
 
 namespace mist::hardware {
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter };
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
 
 struct CommConstants {
   // Achievable fraction of the link bandwidth for large NCCL collectives: nccl-tests all-reduce
@@ -36,7 +36,8 @@ struct Group {
   int64_t per_node = 0;
 };
 
-// Seconds for a collective whose full (unsharded) tensor has `bytes` bytes.
+// Seconds for a collective whose full (unsharded) tensor has `bytes` bytes; for an all-to-all,
+// `bytes` is what each rank sends (an equal share to every member, its own included).
 double collective_time(const spec::ClusterSpec& c, Collective op, Group g, double bytes,
                        const CommConstants& k = {});
 // Seconds to send `bytes` to a neighbour (pipeline p2p).
@@ -44,11 +45,15 @@ double p2p_time(const spec::ClusterSpec& c, bool crosses_nodes, double bytes, co
 // Seconds to copy `bytes` between host and device over PCIe, one direction.
 double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConstants& k = {});
 
-// Where Megatron's rank order (tp fastest, then dp, then pp) puts each group.
+// Where Megatron's rank order (tp fastest, then dp, then pp) puts each group, and where its expert
+// grid (etp fastest, then ep, then the expert data-parallel group, then pp: parallel folding) puts
+// the expert groups on the same GPUs.
 struct Placement {
   Group tp, dp;
+  Group etp, ep, edp;
   bool pp_crosses_nodes = false;  // neighbouring pipeline stages are on different nodes
 };
-Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp);
+Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep = 1,
+                       int64_t etp = 1);
 
 }  // namespace mist::hardware

@@ -1,5 +1,7 @@
 #include "plan/plan.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace mist::plan {
@@ -22,6 +24,8 @@ Result<void> check_ranges(const Plan& p) {
   MIST_CHECK(in("plan.dp", p.dp, int64_t{1}, kMaxDegree));
   MIST_CHECK(in("plan.tp", p.tp, int64_t{1}, kMaxTp));
   MIST_CHECK(in("plan.pp", p.pp, int64_t{1}, kMaxPp));
+  MIST_CHECK(in("plan.ep", p.ep, int64_t{1}, kMaxDegree));
+  MIST_CHECK(in("plan.etp", p.etp, int64_t{1}, kMaxTp));
   MIST_CHECK(in("plan.micro_batch_size", p.micro_batch_size, int64_t{1}, kMaxBatch));
   MIST_CHECK(in("plan.grad_accum_steps", p.grad_accum_steps, int64_t{1}, kMaxBatch));
   MIST_CHECK(in("plan.virtual_pipeline_stages", p.virtual_pipeline_stages, int64_t{1}, kMaxVirtual));
@@ -80,7 +84,7 @@ Result<Plan> load_plan(const std::string& path) {
 
 Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(auto f, JsonFields::of(j, what));
-  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "sequence_parallel", "micro_batch_size",
+  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "ep", "etp", "sequence_parallel", "micro_batch_size",
                                           "grad_accum_steps", "virtual_pipeline_stages", "recompute",
                                           "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
                                           "grad_accumulation_fusion", "async_tp_backward", "stages",
@@ -89,6 +93,8 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(p.dp, f.integer("dp", 1, kMaxDegree));
   MIST_TRY(p.tp, f.integer("tp", 1, kMaxTp));
   MIST_TRY(p.pp, f.integer("pp", 1, kMaxPp));
+  MIST_TRY(p.ep, f.integer_or("ep", 1, 1, kMaxDegree));
+  MIST_TRY(p.etp, f.integer_or("etp", 1, 1, kMaxTp));
   MIST_TRY(p.sequence_parallel, f.boolean_or("sequence_parallel", false));
   MIST_TRY(p.micro_batch_size, f.integer("micro_batch_size", 1, kMaxBatch));
   MIST_TRY(p.grad_accum_steps, f.integer("grad_accum_steps", 1, kMaxBatch));
@@ -126,20 +132,26 @@ Json plan_to_json(const Plan& p) {
                         {"optimizer_states", s.offload.optimizer_states},
                         {"activations", s.offload.activations}}}});
   }
-  return Json{{"dp", p.dp},
-              {"tp", p.tp},
-              {"pp", p.pp},
-              {"sequence_parallel", p.sequence_parallel},
-              {"micro_batch_size", p.micro_batch_size},
-              {"grad_accum_steps", p.grad_accum_steps},
-              {"virtual_pipeline_stages", p.virtual_pipeline_stages},
-              {"recompute", to_string(p.recompute)},
-              {"overlap_grad_reduce", p.overlap_grad_reduce},
-              {"overlap_param_gather", p.overlap_param_gather},
-              {"overlap_tp_comm", p.overlap_tp_comm},
-              {"grad_accumulation_fusion", p.grad_accumulation_fusion},
-              {"async_tp_backward", p.async_tp_backward},
-              {"stages", stages}};
+  Json j{{"dp", p.dp},
+         {"tp", p.tp},
+         {"pp", p.pp},
+         {"sequence_parallel", p.sequence_parallel},
+         {"micro_batch_size", p.micro_batch_size},
+         {"grad_accum_steps", p.grad_accum_steps},
+         {"virtual_pipeline_stages", p.virtual_pipeline_stages},
+         {"recompute", to_string(p.recompute)},
+         {"overlap_grad_reduce", p.overlap_grad_reduce},
+         {"overlap_param_gather", p.overlap_param_gather},
+         {"overlap_tp_comm", p.overlap_tp_comm},
+         {"grad_accumulation_fusion", p.grad_accumulation_fusion},
+         {"async_tp_backward", p.async_tp_backward},
+         {"stages", stages}};
+  // Written only when set, so a dense plan's file is unchanged.
+  if (p.ep != 1 || p.etp != 1) {
+    j["ep"] = p.ep;
+    j["etp"] = p.etp;
+  }
+  return j;
 }
 
 Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec& c, const spec::TrainingSpec& t) {
@@ -168,13 +180,33 @@ Result<void> check_tp(const spec::ModelSpec& m, int64_t tp) {
   if (m.num_kv_heads % tp != 0)
     return fail("plan.tp", fmt::format("tp = {} must divide the {} key/value heads (Megatron shards "
                                        "query groups, it does not replicate them)", tp, m.num_kv_heads));
-  // Dense blocks shard ffn_hidden_size; experts (tensor-parallel as the attention is) shard theirs.
+  // Dense blocks and the shared expert shard their FFN width over tp (the routed experts shard
+  // theirs over etp: check_experts).
   for (auto [what, f] : {std::pair{"ffn_hidden_size", m.ffn_hidden_size},
-                         std::pair{"moe_ffn_hidden_size", m.moe_ffn_hidden_size},
                          std::pair{"shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size}})
     if (f % tp != 0) return fail("plan.tp", fmt::format("tp = {} must divide {} {}", tp, what, f));
   return {};
 }
+
+Result<void> check_experts(const spec::ModelSpec& m, int64_t tp, int64_t dp, int64_t ep, int64_t etp) {
+  if (!m.is_moe()) {
+    if (ep != 1) return fail("plan.ep", fmt::format("must be 1: {} has no experts to split", m.name));
+    if (etp != 1) return fail("plan.etp", fmt::format("must be 1: {} has no experts to split", m.name));
+    return {};
+  }
+  if (m.num_experts % ep != 0)
+    return fail("plan.ep", fmt::format("ep = {} must divide the {} experts", ep, m.num_experts));
+  if (m.moe_ffn_hidden_size % etp != 0)
+    return fail("plan.etp", fmt::format("etp = {} must divide moe_ffn_hidden_size {}", etp, m.moe_ffn_hidden_size));
+  // Megatron's expert grid (etp × ep × expert data parallel) covers the same tp·dp GPUs of a stage
+  // as the attention's (parallel_state: the world size must be divisible by etp·ep·pp).
+  if ((tp * dp) % (ep * etp) != 0)
+    return fail("plan.ep", fmt::format("ep·etp = {}·{} must divide the tp·dp = {}·{} GPUs of a pipeline stage",
+                                       ep, etp, tp, dp));
+  return {};
+}
+
+int64_t expert_dp(const Plan& p) { return std::max<int64_t>(1, p.tp * p.dp / (p.ep * p.etp)); }
 
 Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                            const spec::TrainingSpec& t) {
@@ -203,6 +235,7 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
                                     "training.global_batch_size is {}",
                                     p.micro_batch_size, p.dp, p.grad_accum_steps, samples, t.global_batch_size));
   MIST_CHECK(check_tp(m, p.tp));
+  MIST_CHECK(check_experts(m, p.tp, p.dp, p.ep, p.etp));
   // Megatron-LM (validate_args) refuses MoE under tensor parallelism without sequence parallelism.
   if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
     return fail("plan.sequence_parallel", "a mixture of experts with tp > 1 needs sequence parallelism (as in Megatron)");

@@ -39,6 +39,10 @@ inline constexpr int64_t kMaxPp = 100000;
 
 struct Plan {
   int64_t dp = 1, tp = 1, pp = 1;
+  // Expert parallelism of a mixture of experts (Megatron-Core's parallel folding): the experts are
+  // split over ep ranks, each expert's weights over etp ranks, on the same tp·dp GPUs of a stage as
+  // the attention; the expert data-parallel group (expert_dp) holds the remaining copies.
+  int64_t ep = 1, etp = 1;
   bool sequence_parallel = false;
   int64_t micro_batch_size = 1;
   int64_t grad_accum_steps = 1;          // micro-batches per iteration per data-parallel rank
@@ -77,6 +81,13 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
 // The model's shapes that tensor parallelism splits (heads, key/value heads, FFN and expert widths)
 // are divisible by tp; the error names plan.tp.
 Result<void> check_tp(const spec::ModelSpec& m, int64_t tp);
+// Expert parallelism: ep and etp are 1 for a dense model; for a mixture of experts ep divides the
+// expert count, etp the expert width, and ep·etp the tp·dp GPUs of a stage. Errors name plan.ep or
+// plan.etp.
+Result<void> check_experts(const spec::ModelSpec& m, int64_t tp, int64_t dp, int64_t ep, int64_t etp);
+// The expert data-parallel degree the plan leaves: tp·dp / (ep·etp) (Megatron's
+// expert_data_parallel_size with cp = 1).
+int64_t expert_dp(const Plan& p);
 // Checks the training settings against the model and the GPU: the GPU supports the precision
 // (bf16 needs Ampere or later), and a learned position table has a row for every position of the
 // sequence (rotary positions have no table and no limit).

@@ -74,6 +74,22 @@ SearchSpace engine_space(engines::Engine e) {
   return s;
 }
 
+std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space, const spec::ModelSpec& m, int64_t tp,
+                                                        int64_t dp) {
+  if (!m.is_moe()) return {{1, 1}};
+  if (!space.tune_experts) {
+    if (plan::check_experts(m, tp, dp, 1, tp)) return {{1, tp}};
+    return {};
+  }
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const std::vector<int64_t> etps = tp > 1 ? std::vector<int64_t>{1, tp} : std::vector<int64_t>{1};
+  for (int64_t etp : etps) {
+    for (int64_t ep = 1; ep <= m.num_experts; ++ep)
+      if (m.num_experts % ep == 0 && plan::check_experts(m, tp, dp, ep, etp)) out.emplace_back(ep, etp);
+  }
+  return out;
+}
+
 std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                 const spec::TrainingSpec& t) {
   std::vector<plan::Plan> out;
@@ -90,18 +106,21 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
         const int64_t G = t.global_batch_size / (b * dp);
         for (int64_t v : space.virtual_stages) {
           if (v < 1 || (v > 1 && (pp == 1 || m.num_layers % (pp * v) || G % pp))) continue;
-          for (auto rc : space.recompute) {
-            plan::Plan p;
-            p.dp = dp;
-            p.tp = tp;
-            p.pp = pp;
-            p.sequence_parallel = tp > 1;
-            p.micro_batch_size = b;
-            p.grad_accum_steps = G;
-            p.virtual_pipeline_stages = v;
-            p.recompute = rc;
-            out.push_back(p);
-          }
+          for (auto rc : space.recompute)
+            for (auto [ep, etp] : expert_degrees(space, m, tp, dp)) {
+              plan::Plan p;
+              p.dp = dp;
+              p.tp = tp;
+              p.pp = pp;
+              p.ep = ep;
+              p.etp = etp;
+              p.sequence_parallel = tp > 1;
+              p.micro_batch_size = b;
+              p.grad_accum_steps = G;
+              p.virtual_pipeline_stages = v;
+              p.recompute = rc;
+              out.push_back(p);
+            }
         }
       }
     }

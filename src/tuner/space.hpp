@@ -34,6 +34,10 @@ struct SearchSpace {
   std::vector<int64_t> micro_batch = {1, 2, 4, 8};  // micro-batch sizes
   std::vector<plan::Recompute> recompute = {plan::Recompute::kNone, plan::Recompute::kSelective};
   int64_t max_pp = 64;                               // pipeline stages (divisors of the GPU count)
+  // Mixtures of experts: expert-parallel degrees tried (every divisor of the expert count that the
+  // stage's tp·dp GPUs hold) and expert tensor parallelism 1 or tp; off: ep 1, etp = tp (Megatron's
+  // defaults).
+  bool tune_experts = true;
   // Interleaved 1F1B: model chunks per stage (v > 1 needs pp > 1, layers divisible by pp·v and
   // micro-batches divisible by pp, as Megatron-LM; each stage holds whole chunks).
   std::vector<int64_t> virtual_stages = {1, 2, 4};
@@ -66,7 +70,10 @@ Result<SearchSpace> named_space(const std::string& name);
 SearchSpace engine_space(engines::Engine e);
 
 // Parallel layouts to try: dp·tp·pp = GPUs, tp within a node and dividing heads, kv heads and FFN,
-// pp ≤ layers, micro-batch·dp dividing the global batch.
+// pp ≤ layers, micro-batch·dp dividing the global batch; for a mixture of experts, each (ep, etp)
+// of expert_degrees.
+std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space, const spec::ModelSpec& m, int64_t tp,
+                                                        int64_t dp);
 std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                 const spec::TrainingSpec& t);
 

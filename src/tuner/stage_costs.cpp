@@ -9,14 +9,15 @@ namespace mist::tuner {
 
 Result<const sym::Program*> MemoryPrograms::get(const plan::Plan& layout, int index) {
   const bool sp = layout.sequence_parallel && layout.tp > 1;
-  MIST_TRY(const analysis::Lowering* lowering, job_->lowering(sp, layout.recompute));
+  MIST_TRY(const analysis::Lowering* lowering, job_->lowering(layout));
   // Any setting: the knobs it sets are inputs, not bound.
   plan::StagePlan any;
   any.num_layers = 1;
   sym::Bindings fixed =
       analysis::stage_knobs(lowering->model, job_->model(), job_->cluster(), layout, any, index, 0);
   for (const char* k : kInputs) fixed.erase(k);
-  const auto pkey = std::make_tuple(layout.tp, sp, static_cast<int>(layout.recompute), fixed.at("E") > 0,
+  const auto pkey = std::make_tuple(layout.tp, layout.ep, layout.etp, sp, static_cast<int>(layout.recompute),
+                                    fixed.at("E") > 0,
                                     fixed.at("H") > 0, fixed.at("T") > 0, fixed.at("Q") > 0);
   auto pit = programs_.find(pkey);
   if (pit != programs_.end()) return &pit->second;

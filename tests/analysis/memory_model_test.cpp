@@ -162,23 +162,30 @@ TEST(MemoryModel, InterleavedScheduleHoldsMoreOnTheFirstStage) {
 }
 
 TEST(MemoryModel, CompiledProgramMatchesTreeEvaluation) {
-  const auto m = *spec::catalog_model("llama2-7b");
-  const auto t = training(64, 4096, spec::Dtype::kBf16, false, false);
-  const auto lm = graph::lower(m, t.seq_length, graph::lowering_options(t, true));
-  auto M = build_stage_memory_model(lm, t, plan::Recompute::kNone);
-  ASSERT_TRUE(M.has_value()) << M.error().to_string();
-  std::vector<double> row;
-  sym::Bindings b = lm.dims;
-  const std::map<std::string, double> knobs = {
-      {"b", 2},  {"t", 4},   {"d", 8},  {"l", 9},  {"c", 3},   {"p", 3},   {"zw", 8},     {"zg", 8},
-      {"zo", 8}, {"wo", .5}, {"go", .5}, {"oo", 1}, {"ao", .25}, {"E", 1},   {"H", 0},      {"T", 0},
-      {"Q", 1},  {"W", 1},   {"G", 1},  {"O", 1},  {"A", 1},   {"C_ctx", 5e8}, {"C_blas", 8e6}, {"C_nccl", 1e9}};
-  b.insert(knobs.begin(), knobs.end());
-  for (const auto& name : M->inputs) row.push_back(b.at(name));
-  const auto out = M->program.evaluate_row(row);
-  for (size_t i = 0; i < M->terms.size(); ++i) {
-    const double tree = *sym::evaluate(M->terms[i].formula, b);
-    EXPECT_NEAR(out[i], tree, 1e-9 * std::max(1.0, std::fabs(tree))) << M->terms[i].name;
+  // A dense model, and a mixture of experts with its expert collectives (expert weights sharded
+  // over their own data-parallel group: zwx, zgx, zox differ from zw, zg, zo).
+  for (const char* name : {"llama2-7b", "mixtral-8x7b"}) {
+    const auto m = *spec::catalog_model(name);
+    const auto t = training(64, 4096, spec::Dtype::kBf16, false, false);
+    auto o = graph::lowering_options(t, true);
+    o.expert_parallel = o.expert_tensor_parallel = m.is_moe();
+    const auto lm = graph::lower(m, t.seq_length, o);
+    auto M = build_stage_memory_model(lm, t, plan::Recompute::kNone);
+    ASSERT_TRUE(M.has_value()) << M.error().to_string();
+    std::vector<double> row;
+    sym::Bindings b = lm.dims;
+    const std::map<std::string, double> knobs = {
+        {"b", 2},     {"t", 4},    {"ep", 2},   {"etp", 2},  {"d", 8},  {"l", 9},  {"c", 3},   {"p", 3},
+        {"zw", 8},    {"zg", 8},   {"zo", 8},   {"zwx", 2},  {"zgx", 2}, {"zox", 2}, {"wo", .5}, {"go", .5},
+        {"oo", 1},    {"ao", .25}, {"E", 1},    {"H", 0},    {"T", 0},  {"Q", 1},  {"W", 1},   {"G", 1},
+        {"O", 1},     {"A", 1},    {"C_ctx", 5e8}, {"C_blas", 8e6}, {"C_nccl", 1e9}};
+    b.insert(knobs.begin(), knobs.end());
+    for (const auto& input : M->inputs) row.push_back(b.at(input));
+    const auto out = M->program.evaluate_row(row);
+    for (size_t i = 0; i < M->terms.size(); ++i) {
+      const double tree = *sym::evaluate(M->terms[i].formula, b);
+      EXPECT_NEAR(out[i], tree, 1e-9 * std::max(1.0, std::fabs(tree))) << name << " " << M->terms[i].name;
+    }
   }
 }
 

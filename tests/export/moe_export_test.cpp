@@ -25,9 +25,12 @@ std::optional<std::string> value(const std::vector<Option>& options, std::string
   return std::nullopt;
 }
 
+// dp 2 tp 4 pp 2, the experts over ep 4 with etp 1 (expert data parallelism 2).
 plan::Plan mixtral_plan(int64_t layers = 32) {
   auto p = testing::plan(2, 4, {layers / 2, layers / 2}, 1, 64, /*zero=*/1);
   p.sequence_parallel = true;
+  p.ep = 4;
+  p.etp = 1;
   return p;
 }
 
@@ -41,14 +44,18 @@ TEST(MoeExport, MegatronGetsTheExpertFlagsAndTheyRoundTrip) {
     EXPECT_EQ(value(o, "--moe-router-topk"), std::to_string(m.experts_per_token)) << name;
     EXPECT_EQ(value(o, "--moe-ffn-hidden-size"), std::to_string(m.moe_ffn_hidden_size)) << name;
     EXPECT_EQ(value(o, "--moe-token-dispatcher-type"), "alltoall") << name;
-    EXPECT_EQ(value(o, "--expert-tensor-parallel-size"), "4") << name;
+    EXPECT_EQ(value(o, "--expert-model-parallel-size"), "4") << name;
+    EXPECT_EQ(value(o, "--expert-tensor-parallel-size"), "1") << name;
     EXPECT_TRUE(value(o, "--moe-grouped-gemm").has_value()) << name;
     EXPECT_EQ(value(o, "--moe-shared-expert-gate").has_value(), m.shared_expert_gate) << name;
-    if (m.shared_expert_ffn_hidden_size > 0)
+    if (m.shared_expert_ffn_hidden_size > 0) {
       EXPECT_EQ(value(o, "--moe-shared-expert-intermediate-size"), std::to_string(m.shared_expert_ffn_hidden_size));
+    }
     auto back = import_megatron_flags(command(o), m, cluster(2, 8));
     ASSERT_TRUE(back) << name << ": " << back.error().to_string();
     EXPECT_EQ(back->plan.tp, 4);
+    EXPECT_EQ(back->plan.ep, 4);
+    EXPECT_EQ(back->plan.etp, 1);
     EXPECT_TRUE(back->plan.sequence_parallel);
   }
 }
@@ -73,8 +80,19 @@ TEST(MoeExport, ImportRefusesWhatWouldBuildAnotherModel) {
   expect(without("--moe-token-dispatcher-type", "alltoall"), "--moe-token-dispatcher-type", "allgather");
   expect(without("--moe-grouped-gemm", ""), "--moe-grouped-gemm", "SequentialMLP");
   expect(import_megatron_flags(cmd + " --moe-router-topk 4", m, cluster(2, 8)), "--moe-router-topk", "2 experts");
-  expect(import_megatron_flags(cmd + " --expert-tensor-parallel-size 1", m, cluster(2, 8)),
-         "--expert-tensor-parallel-size", "same");
+  auto without_ep = [&](const std::string& extra, bool keep_etp = true) {
+    std::string c = cmd;
+    for (const std::string token : {" --expert-model-parallel-size 4", " --expert-tensor-parallel-size 1"})
+      if (!keep_etp || token.find("model") != std::string::npos) c.erase(c.find(token), token.size());
+    return import_megatron_flags(c + extra, m, cluster(2, 8));
+  };
+  // Megatron's defaults: no expert parallelism, expert tensor parallelism = tp.
+  auto defaults = without_ep("", false);
+  ASSERT_TRUE(defaults) << defaults.error().to_string();
+  EXPECT_EQ(defaults->plan.ep, 1);
+  EXPECT_EQ(defaults->plan.etp, 4);
+  expect(without_ep(" --expert-model-parallel-size 4", false), "--expert-model-parallel-size", "tp·dp");
+  expect(without_ep(" --expert-model-parallel-size 3"), "--expert-model-parallel-size", "divide the 8 experts");
   // A dense model given expert flags.
   auto dense = export_plan(Engine::kMegatron, {model("llama3-8b"), cluster(2, 8), training(128, 4096),
                                                testing::plan(2, 4, {16, 16}, 1, 64, 1), {}});
@@ -82,6 +100,9 @@ TEST(MoeExport, ImportRefusesWhatWouldBuildAnotherModel) {
   expect(import_megatron_flags(command(dense->exported->options) + " --num-experts 8", model("llama3-8b"),
                                cluster(2, 8)),
          "--num-experts", "dense");
+  expect(import_megatron_flags(command(dense->exported->options) + " --expert-model-parallel-size 2",
+                               model("llama3-8b"), cluster(2, 8)),
+         "--expert-model-parallel-size", "no experts");
 }
 
 TEST(MoeExport, OtherEnginesRefuseMixturesOfExperts) {

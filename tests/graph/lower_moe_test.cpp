@@ -13,11 +13,33 @@ double eval(const Expr& e, const sym::Bindings& b) {
   return v ? *v : 0;
 }
 
+// Plan degrees: tp, expert parallelism, expert tensor parallelism.
+struct Degrees {
+  double t = 1, ep = 1, etp = 1;
+};
+
+// The lowering a plan of these degrees gets (PreparedJob::lowering): the collectives that exist.
+LoweringOptions options(const spec::ModelSpec& m, Degrees d) {
+  LoweringOptions o;
+  o.sequence_parallel = d.t > 1;
+  o.expert_parallel = d.ep > 1;
+  o.expert_tensor_parallel = d.etp > 1;
+  o.one_local_expert = d.ep == static_cast<double>(m.num_experts);
+  return o;
+}
 LoweringOptions options(bool sp) {
   LoweringOptions o;
   o.sequence_parallel = sp;
   return o;
 }
+
+void bind(sym::Bindings& b, Degrees d) {
+  b["t"] = d.t;
+  b["ep"] = d.ep;
+  b["etp"] = d.etp;
+}
+
+const Degrees kDegrees[] = {{1, 1, 1}, {2, 1, 1}, {2, 1, 2}, {8, 1, 8}, {8, 8, 1}, {4, 4, 2}, {1, 2, 1}};
 
 const char* kMoeModels[] = {"mixtral-8x7b", "mixtral-8x22b", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b"};
 
@@ -27,27 +49,33 @@ const Op* find_op(const Layer& L, std::string_view name) {
   return nullptr;
 }
 
-// The block's parameters are the model's count; tensor parallelism shards the experts and the
-// shared expert t ways and keeps the router whole on every GPU.
+// The block's parameters are the model's count; the expert grid shards the experts ep·etp ways
+// (E/ep experts, 1/etp of each), tensor parallelism the shared expert t ways, and the router stays
+// whole on every GPU. Only the routed experts' weights are expert parameters.
 TEST(MoeLowering, ParametersMatchTheModelSpec) {
   for (const char* name : kMoeModels) {
     const auto m = *spec::catalog_model(name);
     const auto lm = lower(m, 4096, options(false));
     sym::Bindings b = lm.dims;
-    b["t"] = 1;
+    bind(b, {});
     EXPECT_DOUBLE_EQ(eval(lm.block.params(), b), static_cast<double>(m.block_parameters())) << name;
     const double total = eval(lm.embedding.params(), b) + m.num_layers * eval(lm.block.params(), b) +
                          eval(lm.head.params(), b);
     EXPECT_DOUBLE_EQ(total, static_cast<double>(m.num_parameters())) << name;
-    b["t"] = 4;
     const double experts = 3.0 * m.num_experts * m.hidden_size * m.moe_ffn_hidden_size;
+    bind(b, {4, 2, 4});
+    EXPECT_DOUBLE_EQ(eval(lm.block.expert_params(), b), experts / 8) << name;
     EXPECT_DOUBLE_EQ(eval(find_op(lm.block, "moe.experts.fc1")->params, b) +
                          eval(find_op(lm.block, "moe.experts.fc2")->params, b),
-                     experts / 4)
+                     experts / 8)
         << name;
     EXPECT_DOUBLE_EQ(eval(find_op(lm.block, "moe.router")->params, b),
                      static_cast<double>(m.hidden_size * m.num_experts))
         << name;
+    EXPECT_FALSE(find_op(lm.block, "moe.router")->expert) << name;
+    if (const Op* shared = find_op(lm.block, "shared_expert.fc1")) {
+      EXPECT_FALSE(shared->expert) << name;
+    }
   }
 }
 
@@ -72,16 +100,31 @@ TEST(MoeLowering, ForwardFlopsFollowTheActiveParameters) {
     const double matmul_params = static_cast<double>(m.active_block_parameters()) - 2 * h - bias;
     EXPECT_NEAR(gemm / (2 * tokens * matmul_params), 1.0, 1e-12) << name;
     EXPECT_NEAR(core / (4 * 2 * s * s * h), 1.0, 1e-12) << name;
+    // Each rank of a t-way TP group computes 1/t of the matmuls, however ep and etp split the
+    // experts: the expert grid moves rows between ranks, not work.
+    for (const Degrees d : kDegrees) {
+      const auto lm_d = lower(m, 4096, options(m, d));
+      sym::Bindings bd = lm_d.dims;
+      bind(bd, d);
+      bd["b"] = 2;
+      double gemm_d = 0;
+      for (const auto& op : lm_d.block.ops)
+        if (op.is_gemm) gemm_d += eval(op.fwd_flops, bd);
+      EXPECT_NEAR(gemm_d * d.t / gemm, 1.0, 1e-12) << name << " t=" << d.t << " ep=" << d.ep << " etp=" << d.etp;
+    }
   }
 }
 
 // What the MoE MLP keeps beyond a dense SwiGLU MLP of one expert's width, under sequence
-// parallelism over t GPUs (s·b = T tokens, w bytes per element): per local token the top-k
-// softmax (fp32) and scatter indices (int64), k·12 bytes, the permutation's two int64 index
-// vectors, k·16, and the aux loss's fp32 softmax over the experts, E·4; the gathered routed rows
-// (the expert fc1's input) T·k·h·w with their probabilities T·k·w; and the expert activations of
-// the k-1 further copies of each token, (k-1)·T·3·f_e/t·w. The dense MLP keeps only the local
-// shard of its input, which the router keeps too.
+// parallelism over t GPUs (s·b = T tokens, T/t on each rank, w bytes per element): per local token
+// the top-k softmax (fp32) and scatter indices (int64), k·12 bytes, the permutation's two int64
+// index vectors, k·16, and the aux loss's fp32 softmax over the experts, E·4; the R = etp·(T/t)·k
+// rows the rank's experts compute (the expert fc1's input, R·h·w, with their probabilities R·w:
+// as many as the rank routed, balanced, times the expert tensor-parallel gather) and their
+// activations R·3·f_e/etp·w, where the dense MLP keeps T·3·f_e/t·w (its column-parallel output
+// covers the whole gathered sequence). The dense MLP keeps only
+// the local shard of its input, which the router keeps too. Expert parallelism moves rows and
+// keeps nothing more.
 TEST(MoeLowering, KeepsTheRoutedTokensAndExpertActivations) {
   for (const char* name : {"mixtral-8x7b", "mixtral-8x22b"}) {
     const auto moe = *spec::catalog_model(name);
@@ -89,56 +132,76 @@ TEST(MoeLowering, KeepsTheRoutedTokensAndExpertActivations) {
     dense.num_experts = dense.experts_per_token = 0;
     dense.ffn_hidden_size = moe.moe_ffn_hidden_size;
     dense.moe_ffn_hidden_size = 0;
-    for (double t : {1.0, 2.0, 8.0}) {
-      const bool sp = t > 1;
+    for (const Degrees d : kDegrees) {
+      const double t = d.t;
       auto saved = [&](const spec::ModelSpec& m) {
-        const auto lm = lower(m, 4096, options(sp));
+        const auto lm = lower(m, 4096, m.is_moe() ? options(m, d) : options(t > 1));
         sym::Bindings b = lm.dims;
-        b["t"] = t;
+        bind(b, d);
         b["b"] = 1;
         return eval(analyze_activations(lm.block, lm.dims).saved, b);
       };
       const double T = 4096, h = static_cast<double>(moe.hidden_size), E = static_cast<double>(moe.num_experts),
                    k = static_cast<double>(moe.experts_per_token), fe = static_cast<double>(moe.moe_ffn_hidden_size);
-      const double extra = T / t * (k * 28 + E * 4) + T * k * (h * 2 + 2) + (k - 1) * T * 3 * fe / t * 2;
-      EXPECT_NEAR(saved(moe) - saved(dense), extra, 1e-6 * extra) << name << " t=" << t;
+      const double R = d.etp * T / t * k;
+      const double extra = T / t * (k * 28 + E * 4) + R * (h * 2 + 2) + R * 3 * fe / d.etp * 2 - T * 3 * fe / t * 2;
+      EXPECT_NEAR(saved(moe) - saved(dense), extra, 1e-6 * extra)
+          << name << " t=" << t << " ep=" << d.ep << " etp=" << d.etp;
     }
   }
 }
 
-// Under tensor parallelism the dispatcher gathers every routed token of the group before the
-// experts and reduce-scatters their output after them: collectives of T·k·h·w bytes that no GEMM
-// hides (marked exposed); without it there are none.
-TEST(MoeLowering, DispatcherCollectivesUnderTensorParallelism) {
+// The dispatcher's collectives, none of them hidden by a GEMM (marked exposed): with ep > 1 an
+// all-to-all over the expert-parallel group of the T/t·k rows a rank routes (T/t·k·h·w bytes
+// sent, the same back in backward) before the experts and one after; with etp > 1 an all-gather
+// over the expert tensor-parallel group of the etp·T/t·k rows its experts compute and a
+// reduce-scatter after them. A plan with ep = etp = 1 has none, whatever its tp.
+TEST(MoeLowering, DispatcherCollectivesFollowTheExpertGrid) {
   const auto m = *spec::catalog_model("mixtral-8x7b");
-  const auto with = lower(m, 4096, options(true));
+  const Degrees d{4, 2, 4};
+  const auto with = lower(m, 4096, options(m, d));
   sym::Bindings b = with.dims;
-  b["t"] = 4;
+  bind(b, d);
   b["b"] = 1;
+  const double routed = 4096.0 / d.t * 2, hw = m.hidden_size * 2.0;
+  for (const char* name : {"moe.dispatch_a2a", "moe.combine_a2a"}) {
+    const Op* a2a = find_op(with.block, name);
+    ASSERT_TRUE(a2a) << name;
+    EXPECT_EQ(a2a->fwd_comm.kind, CommKind::kAllToAll);
+    EXPECT_EQ(a2a->bwd_comm.kind, CommKind::kAllToAll);
+    EXPECT_EQ(a2a->fwd_comm.group, CommGroup::kExpert);
+    EXPECT_DOUBLE_EQ(eval(a2a->fwd_comm.bytes, b), routed * hw);
+    EXPECT_TRUE(a2a->exposed_comm);
+  }
   const Op* gather = find_op(with.block, "moe.dispatch_gather");
   const Op* scatter = find_op(with.block, "moe.combine_scatter");
   ASSERT_TRUE(gather && scatter);
-  const double bytes = 4096.0 * 2 * m.hidden_size * 2;
   EXPECT_EQ(gather->fwd_comm.kind, CommKind::kAllGather);
   EXPECT_EQ(gather->bwd_comm.kind, CommKind::kReduceScatter);
   EXPECT_EQ(scatter->fwd_comm.kind, CommKind::kReduceScatter);
-  EXPECT_DOUBLE_EQ(eval(gather->fwd_comm.bytes, b), bytes);
-  EXPECT_DOUBLE_EQ(eval(scatter->fwd_comm.bytes, b), bytes);
+  EXPECT_EQ(gather->fwd_comm.group, CommGroup::kExpertTp);
+  EXPECT_DOUBLE_EQ(eval(gather->fwd_comm.bytes, b), d.etp * routed * hw);
+  EXPECT_DOUBLE_EQ(eval(scatter->fwd_comm.bytes, b), d.etp * routed * hw);
+  EXPECT_DOUBLE_EQ(eval(with.block.tensors[static_cast<size_t>(scatter->outputs[0])].bytes, b), routed * hw);
   EXPECT_TRUE(gather->exposed_comm && scatter->exposed_comm);
-  const auto without = lower(m, 4096, options(false));
-  EXPECT_EQ(find_op(without.block, "moe.dispatch_gather"), nullptr);
-  EXPECT_EQ(find_op(without.block, "moe.combine_scatter"), nullptr);
+  const auto without = lower(m, 4096, options(m, {4, 1, 1}));
+  for (const char* name : {"moe.dispatch_a2a", "moe.combine_a2a", "moe.dispatch_gather", "moe.combine_scatter"})
+    EXPECT_EQ(find_op(without.block, name), nullptr) << name;
+  // One expert per rank (ep = E): no rows to regroup expert-major.
+  EXPECT_NE(find_op(with.block, "moe.sort_chunks"), nullptr);
+  EXPECT_EQ(find_op(lower(m, 4096, options(m, {1, 8, 1})).block, "moe.sort_chunks"), nullptr);
 }
 
 // The liveness walk's bounds hold for MoE blocks as for dense ones.
 TEST(MoeLowering, LivenessPeaksBoundTheSavedSet) {
   for (const char* name : kMoeModels) {
-    for (bool sp : {false, true}) {
+    for (const Degrees d : kDegrees) {
       const auto m = *spec::catalog_model(name);
-      auto lm = lower(m, 4096, options(sp));
+      if (static_cast<int64_t>(d.ep) > m.num_experts) continue;
+      auto lm = lower(m, 4096, options(m, d));
       sym::Bindings b = lm.dims;
       b["b"] = 2;
-      b["t"] = sp ? 4 : 1;
+      bind(b, d);
       auto a = analyze_activations(lm.block, lm.dims);
       const double saved = eval(a.saved, b), input = eval(a.input, b);
       EXPECT_GE(eval(a.fwd_peak, b) + input + 1e-6, saved) << name;

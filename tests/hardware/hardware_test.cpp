@@ -122,5 +122,41 @@ TEST(CommModel, MegatronPlacement) {
   EXPECT_NEAR(host_copy_time(c, 63e9 * 0.88), 1.0, 1e-12);  // PCIe 5 x16
 }
 
+// An all-to-all sends an equal share to every member at once: inside a node (n - 1)/n of the data
+// crosses NVLink; across nodes the shares for the m members on the rank's node go over NVLink while
+// the other n - m go over its network share at the same time, and the slower path sets the time.
+TEST(CommModel, AllToAllSplitsNvlinkAndNetwork) {
+  const auto c = cluster("H100-SXM5-80GB", 4, 8);
+  const double B = 1e9, nvl = c.intra_node_bw * 0.78, net = c.inter_node_bw * 0.85;
+  EXPECT_NEAR(collective_time(c, Collective::kAllToAll, Group{8, false, 8}, B), 7.0 / 8 * B / nvl + c.intra_node_latency,
+              1e-12);
+  const double cross = collective_time(c, Collective::kAllToAll, Group{32, true, 8}, B);
+  EXPECT_NEAR(cross, std::max(7.0 / 32 * B / nvl, 24.0 / 32 * B / net) + c.inter_node_latency, 1e-12);
+  // Spread one member per node, everything goes over the network.
+  EXPECT_NEAR(collective_time(c, Collective::kAllToAll, Group{4, true, 1}, B), 3.0 / 4 * B / net + c.inter_node_latency,
+              1e-12);
+  EXPECT_EQ(collective_time(c, Collective::kAllToAll, Group{1, false, 1}, B), 0);
+}
+
+// Megatron's expert grid on the same ranks: etp fastest, then ep, then expert data parallel.
+TEST(CommModel, ExpertGridPlacement) {
+  const auto c = cluster("H100-SXM5-80GB", 2, 8);
+  auto p = place_groups(c, 2, 8, 1, 8, 1);  // EP over ranks 0..7: one node; EDP 2 across nodes
+  EXPECT_EQ(p.ep.size, 8);
+  EXPECT_FALSE(p.ep.crosses_nodes);
+  EXPECT_EQ(p.etp.size, 1);
+  EXPECT_EQ(p.edp.size, 2);
+  EXPECT_TRUE(p.edp.crosses_nodes);
+  EXPECT_EQ(p.edp.per_node, 1);
+  p = place_groups(c, 2, 8, 1, 8, 2);  // EP members 2 apart span 16 ranks: 4 on each node
+  EXPECT_TRUE(p.ep.crosses_nodes);
+  EXPECT_EQ(p.ep.per_node, 4);
+  EXPECT_FALSE(p.etp.crosses_nodes);
+  EXPECT_EQ(p.edp.size, 1);
+  p = place_groups(c, 4, 4, 1);  // dense: no expert groups
+  EXPECT_EQ(p.ep.size, 1);
+  EXPECT_EQ(p.edp.size, 16);
+}
+
 }  // namespace
 }  // namespace mist::hardware

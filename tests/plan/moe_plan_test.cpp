@@ -38,11 +38,49 @@ TEST(MoePlan, SlidingWindowBoundsTheSequence) {
 TEST(MoePlan, TensorParallelismDividesTheExperts) {
   ModelSpec m = *spec::catalog_model("qwen1.5-moe-a2.7b");  // experts of 1408 = 2^7·11
   EXPECT_TRUE(check_tp(m, 8).has_value());
+  EXPECT_TRUE(check_experts(m, 8, 1, 1, 8).has_value());
   m.moe_ffn_hidden_size = 1400;
-  expect_error(check_tp(m, 16), "plan.tp", "moe_ffn_hidden_size");
+  // The routed experts are split over etp, not tp.
+  EXPECT_TRUE(check_tp(m, 16).has_value());
+  expect_error(check_experts(m, 16, 1, 1, 16), "plan.etp", "moe_ffn_hidden_size");
+  EXPECT_TRUE(check_experts(m, 16, 1, 1, 8).has_value());
   m = *spec::catalog_model("qwen1.5-moe-a2.7b");
   m.shared_expert_ffn_hidden_size = 5630;
   expect_error(check_tp(m, 4), "plan.tp", "shared_expert_ffn_hidden_size");
+}
+
+// The expert grid: ep divides the experts, ep·etp the tp·dp GPUs of a stage (Megatron's
+// parallel folding), and a dense model has neither. The expert data-parallel degree is what is
+// left: tp·dp / (ep·etp).
+TEST(MoePlan, ExpertGridRules) {
+  const ModelSpec m = *spec::catalog_model("mixtral-8x7b");  // 8 experts of 14336
+  EXPECT_TRUE(check_experts(m, 4, 2, 8, 1).has_value());
+  EXPECT_TRUE(check_experts(m, 2, 1, 2, 1).has_value());
+  EXPECT_TRUE(check_experts(m, 1, 16, 8, 2).has_value());  // etp need not divide tp
+  expect_error(check_experts(m, 4, 4, 3, 1), "plan.ep", "divide the 8 experts");
+  expect_error(check_experts(m, 2, 2, 8, 1), "plan.ep", "tp·dp");
+  expect_error(check_experts(m, 4, 1, 2, 4), "plan.ep", "tp·dp");
+  const ModelSpec dense = *spec::catalog_model("llama3-8b");
+  expect_error(check_experts(dense, 4, 2, 2, 1), "plan.ep", "no experts");
+  expect_error(check_experts(dense, 4, 2, 1, 4), "plan.etp", "no experts");
+  Plan p = uniform_plan(m, 4, 4, 1, 1, 16, StagePlan{});
+  p.ep = 4;
+  p.etp = 2;
+  EXPECT_EQ(expert_dp(p), 2);
+  p.sequence_parallel = true;
+  spec::TrainingSpec t;
+  t.global_batch_size = 64;
+  t.seq_length = 4096;
+  EXPECT_TRUE(validate_plan(p, m, h100(2), t).has_value());
+  p.ep = 16;
+  expect_error(validate_plan(p, m, h100(2), t), "plan.ep", "divide the 8 experts");
+  // Written to the plan file only when set, and read back.
+  p.ep = 4;
+  auto back = plan_from_json(plan_to_json(p), "plan");
+  ASSERT_TRUE(back.has_value()) << back.error().to_string();
+  EXPECT_EQ(back->ep, 4);
+  EXPECT_EQ(back->etp, 2);
+  EXPECT_FALSE(plan_to_json(uniform_plan(m, 4, 4, 1, 1, 16, StagePlan{})).contains("ep"));
 }
 
 // Megatron's MoELayer refuses tensor parallelism without sequence parallelism.

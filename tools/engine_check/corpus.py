@@ -32,9 +32,11 @@ def stages(layers, pp, zero=0, ckpt=0, offload=None):
     return out
 
 
-def plan(dp, tp, pp, mbs, gas, layers, zero=0, ckpt=0, offload=None, v=1, recompute=None, sp=None):
+def plan(dp, tp, pp, mbs, gas, layers, zero=0, ckpt=0, offload=None, v=1, recompute=None, sp=None, ep=1, etp=1):
     p = {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1 if sp is None else sp,
          "micro_batch_size": mbs, "grad_accum_steps": gas, "stages": stages(layers, pp, zero, ckpt, offload)}
+    if ep > 1 or etp > 1:
+        p["ep"], p["etp"] = ep, etp
     if v > 1:
         p["virtual_pipeline_stages"] = v
     if recompute:
@@ -72,6 +74,15 @@ JOBS = [
                                                         "activations": 0.25})),
     job("mlm-llama2-7b-selective-tp4", "megatron", "llama2-7b", "A100-SXM4-80GB", 8, 64, 4096,
         plan=plan(2, 4, 1, 2, 16, 32, zero=1, recompute="selective")),
+    # Megatron-LM, mixtures of experts
+    job("mlm-mixtral-8x7b-16xH100-s4096", "megatron", "mixtral-8x7b", "H100-SXM5-80GB", 16, 256, 4096),
+    job("mlm-mixtral-8x22b-64xH100-s4096", "megatron", "mixtral-8x22b", "H100-SXM5-80GB", 64, 256, 4096),
+    job("mlm-qwen1.5-moe-8xH100-s4096", "megatron", "qwen1.5-moe-a2.7b", "H100-SXM5-80GB", 8, 256, 4096),
+    job("mlm-qwen2-57b-a14b-32xH100-s4096", "megatron", "qwen2-57b-a14b", "H100-SXM5-80GB", 32, 256, 4096),
+    job("mlm-mixtral-8x7b-tp2-pp4-ep8", "megatron", "mixtral-8x7b", "H100-SXM5-80GB", 32, 256, 4096,
+        plan=plan(4, 2, 4, 1, 64, 32, zero=1, ep=8, etp=1)),
+    job("mlm-mixtral-8x7b-tp4-ep2-etp4", "megatron", "mixtral-8x7b", "H100-SXM5-80GB", 16, 128, 4096,
+        plan=plan(4, 4, 1, 1, 32, 32, zero=1, ep=2, etp=4)),
     # DeepSpeed (Megatron-DeepSpeed + DeepSpeed)
     job("ds-llama2-7b-8xA100-s4096", "deepspeed", "llama2-7b", "A100-SXM4-80GB", 8, 256, 4096),
     job("ds-gpt3-13b-16xA100-s2048", "deepspeed", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048),

@@ -48,6 +48,10 @@ def check(item, root):
         if hasattr(mod, "get_device_arch_version"):
             stubs.force_attr(mod, "get_device_arch_version", lambda: arch, "megatron get_device_arch_version",
                              "reads torch.cuda.get_device_properties; answers the plan's GPU's major arch")
+    import torch
+    # validate_args reads it for --moe-grouped-gemm (compute capability >= 8)
+    stubs.force_attr(torch.cuda, "get_device_capability", lambda *a: (arch, 0), "torch.cuda.get_device_capability",
+                     "needs a GPU; answers the plan's GPU's (major arch, 0)")
     notes = []
     if "CUDA_DEVICE_MAX_CONNECTIONS" not in env:
         notes.append("export sets no CUDA_DEVICE_MAX_CONNECTIONS")

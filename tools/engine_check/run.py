@@ -41,6 +41,8 @@ def plan_summary(p):
     parts = [f"dp{p['dp']} tp{p['tp']} pp{p['pp']}"]
     if p.get("virtual_pipeline_stages", 1) > 1:
         parts.append(f"v{p['virtual_pipeline_stages']}")
+    if p.get("ep", 1) > 1 or p.get("etp", 1) > 1:
+        parts.append(f"ep{p.get('ep', 1)} etp{p.get('etp', 1)}")
     parts.append(f"mbs{p['micro_batch_size']} gas{p['grad_accum_steps']}")
     parts.append("zero" + "/".join(map(str, zero)))
     if any(ckpt):

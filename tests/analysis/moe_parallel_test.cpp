@@ -1,0 +1,93 @@
+// Expert parallelism in the memory and time models: expert weights and their states sharded over
+// the expert grid (ep·etp, then ZeRO over the expert data-parallel group), the dispatcher's
+// all-to-alls timed over the expert-parallel group's links.
+#include <gtest/gtest.h>
+
+#include "test_jobs.hpp"
+
+namespace mist::analysis {
+namespace {
+
+using mist::testing::cluster;
+using mist::testing::memory_of;
+using mist::testing::time_of;
+
+double term(const StageMemory& s, std::string_view name) {
+  for (const auto& t : s.terms)
+    if (t.name == name) return t.bytes;
+  ADD_FAILURE() << "no term " << name;
+  return 0;
+}
+
+plan::Plan mixtral(int64_t dp, int64_t tp, int64_t ep, int64_t etp, int zero) {
+  const auto m = *spec::catalog_model("mixtral-8x7b");
+  plan::StagePlan st;
+  st.zero = zero;
+  auto p = plan::uniform_plan(m, dp, tp, 1, 1, 64 / dp, st);
+  p.sequence_parallel = tp > 1;
+  p.ep = ep;
+  p.etp = etp;
+  return p;
+}
+
+// On 16 GPUs (tp 4, dp 4): each GPU holds E/ep experts, 1/etp of each, so the weights and the
+// gradients shrink by the experts' parameters times (1 - 1/(ep·etp)). Under the distributed
+// optimizer (ZeRO-1) the expert states are sharded over the expert data-parallel group of
+// 16/(ep·etp) GPUs, so every GPU holds 1/16 of them whatever the split, and the dense states 1/dp.
+TEST(MoeParallel, ExpertStateShardsOverTheExpertGrid) {
+  const auto m = *spec::catalog_model("mixtral-8x7b");
+  const auto c = cluster("H100-SXM5-80GB", 2, 8);
+  const auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
+  const double experts = 3.0 * m.num_experts * m.hidden_size * m.moe_ffn_hidden_size * m.num_layers;
+  auto base = memory_of(m, c, t, mixtral(4, 4, 1, 1, 1));
+  ASSERT_TRUE(base) << base.error().to_string();
+  const auto& b0 = base->stages[0];
+  for (auto [ep, etp] : {std::pair{2, 1}, {8, 1}, {1, 4}, {4, 4}, {4, 2}}) {
+    auto r = memory_of(m, c, t, mixtral(4, 4, ep, etp, 1));
+    ASSERT_TRUE(r) << r.error().to_string();
+    const auto& s = r->stages[0];
+    const double kept = 1.0 / (ep * etp) - 1;
+    EXPECT_NEAR(term(s, "weights") - term(b0, "weights"), 2 * experts * kept, 1) << ep << "," << etp;
+    EXPECT_NEAR(term(s, "gradients") - term(b0, "gradients"), 2 * experts * kept, 1) << ep << "," << etp;
+    // 12 bytes per parameter (fp32 master and two moments), experts over 16 GPUs in both plans.
+    EXPECT_NEAR(term(s, "optimizer_states"), term(b0, "optimizer_states"), 1) << ep << "," << etp;
+  }
+  // Without the distributed optimizer each expert's states stay on its ep·etp ranks' copies.
+  auto z0 = memory_of(m, c, t, mixtral(4, 4, 8, 1, 0));
+  auto z0_base = memory_of(m, c, t, mixtral(4, 4, 1, 1, 0));
+  ASSERT_TRUE(z0 && z0_base);
+  EXPECT_NEAR(term(z0->stages[0], "optimizer_states") - term(z0_base->stages[0], "optimizer_states"),
+              12 * experts * (1.0 / 8 - 1), 1);
+}
+
+// The dispatcher's all-to-alls cost more when the expert-parallel group leaves the node: ep 8 with
+// etp 1 keeps each EP group on 8 consecutive ranks (one node); with etp 2 its members are 2 apart
+// and span both nodes.
+TEST(MoeParallel, AllToAllLeavingTheNodeCostsMore) {
+  const auto m = *spec::catalog_model("mixtral-8x7b");
+  const auto c = cluster("H100-SXM5-80GB", 2, 8);
+  const auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
+  auto inside = time_of(m, c, t, mixtral(8, 2, 8, 1, 1));
+  auto across = time_of(m, c, t, mixtral(8, 2, 8, 2, 1));
+  auto none = time_of(m, c, t, mixtral(8, 2, 1, 2, 1));
+  ASSERT_TRUE(inside && across && none);
+  EXPECT_GT(across->stages[0].fwd_s, inside->stages[0].fwd_s);
+  // ep 1 with etp 2 has no all-to-all, only the gather over 2 GPUs.
+  EXPECT_LT(none->stages[0].fwd_s, across->stages[0].fwd_s);
+}
+
+// A dense model refuses expert degrees, naming the field.
+TEST(MoeParallel, DenseModelsHaveNoExpertGrid) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  const auto c = cluster("H100-SXM5-80GB", 1, 8);
+  const auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
+  auto p = plan::uniform_plan(m, 4, 2, 1, 1, 16, {});
+  p.sequence_parallel = true;
+  p.ep = 2;
+  auto r = memory_of(m, c, t, p);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().path, "plan.ep");
+}
+
+}  // namespace
+}  // namespace mist::analysis
