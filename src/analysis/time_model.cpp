@@ -18,10 +18,12 @@ using hardware::Collective;
 // `acts`: the layer's saved activations, as the job's memory model computed them once.
 LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& acts, const sym::Bindings& at,
                        const spec::ClusterSpec& c, spec::Dtype d, const hardware::Placement& place, bool selective,
-                       const TimeConstants& k, const profile::OpTable* table, profile::SourceCounts& sources) {
+                       const TimeConstants& k, const profile::OpTable* table, profile::SourceCounts& sources,
+                       std::string_view only = {}) {
   LayerTimes r;
   const std::string shape = table ? profile::shape_key(L.kind, at) : std::string();
   for (const auto& op : L.ops) {
+    if (!op.name.starts_with(only)) continue;
     const auto resolved = profile::resolve_op(table, c.gpu, d, op, shape, at, k.perf);
     const auto& t = resolved.time;
     if (op.kind != graph::OpKind::kView) sources.add(resolved.fwd);
@@ -172,6 +174,19 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
       matmul_flops(lm.embedding) + m.num_layers * matmul_flops(lm.block) + matmul_flops(lm.head);
   r.model_flops_ = 3.0 * per_sequence * static_cast<double>(t.global_batch_size);
   return r;
+}
+
+Result<LayerTimes> block_op_times(const PreparedJob& job, const plan::Plan& p, std::string_view prefix) {
+  MIST_TRY(const Lowering* lowering, job.lowering(p));
+  const graph::LoweredModel& lm = lowering->model;
+  sym::Bindings at = lm.dims;
+  at["b"] = static_cast<double>(p.micro_batch_size);
+  bind_parallel_degrees(at, p);
+  const auto place = hardware::place_groups(job.cluster(), p.tp, p.dp, p.pp, p.ep, p.etp);
+  const TimeConstants& k = job.constants();
+  profile::SourceCounts sources;
+  return layer_times(lm.block, lowering->memory.block, at, job.cluster(), job.training().precision, place,
+                     p.recompute == plan::Recompute::kSelective, k, k.profile.get(), sources, prefix);
 }
 
 StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hardware/comm_model.hpp"
@@ -130,6 +131,11 @@ class StageTimer {
   double model_flops_ = 0;
   profile::SourceCounts sources_;
 };
+
+// The costs of the block's ops whose names start with `prefix` ("moe." for a mixture of experts'
+// MLP from the router on, "attn." for the attention), for one micro-batch of plan `p`, timed as
+// StageTimer times the whole block: to set a part of the model against a measurement of it.
+Result<LayerTimes> block_op_times(const PreparedJob& job, const plan::Plan& p, std::string_view prefix);
 
 // Bytes the optimizer step streams through HBM per local parameter, as mixed-precision optimizers
 // run it (Megatron's Float16Optimizer / DistributedOptimizer, DeepSpeed's, torch.amp + Adam): the
