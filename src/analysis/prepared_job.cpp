@@ -25,12 +25,12 @@ Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec
                 fmt::format("mist models torch.compile as torchtitan applies it (each block compiled); {} runs "
                             "eager kernels, fused by its own extensions: use --engine torchtitan or leave it false",
                             spec::display_name(engine)));
-  // Megatron-Core's MoE layer is the one lowered (graph/lower_moe.cpp); torchtitan's and
-  // DeepSpeed-MoE's dispatch, keep and shard differently.
-  if (model.is_moe() && engine != spec::Engine::kMegatron)
-    return fail("--engine", fmt::format("mist models mixtures of experts as Megatron-Core runs them; {}'s MoE is "
-                                        "not modelled yet: use --engine megatron",
-                                        spec::display_name(engine)));
+  // Megatron-Core's MoE layer (graph/lower_moe.cpp) and its --qk-layernorm attention are the ones
+  // lowered; torchtitan's and DeepSpeed's dispatch, keep and shard differently.
+  if (std::string why = spec::megatron_core_only(model); !why.empty() && engine != spec::Engine::kMegatron)
+    return fail("--engine", fmt::format("model {} {}, which mist models as Megatron-Core runs it; {}'s "
+                                        "implementation is not modelled yet: use --engine megatron",
+                                        model.name, why, spec::display_name(engine)));
   auto inputs =
       std::make_shared<const Inputs>(Inputs{std::move(model), std::move(cluster), std::move(training), engine});
   return PreparedJob(std::move(inputs), std::make_shared<Cache>(), std::move(constants), std::move(calibration));

@@ -74,6 +74,13 @@ Result<void> check_run(const BlockRun& r) {
   if (r.layer == graph::LayerKind::kEmbedding && m.positions == spec::Positions::kLearned &&
       r.seq_length > m.max_position_embeddings)
     return fail("run.seq_length", "exceeds the model's learned positions");
+  // The CPU executor runs the dense blocks of mist's first models; it has no MoE block and no
+  // q/k norms or decoupled head size yet (their memory is read from Megatron's source:
+  // docs/memory-model.md).
+  if (m.is_moe()) return fail("model.num_experts", "the CPU executor has no mixture-of-experts block yet");
+  if (m.qk_norm || m.decoupled_head_dim())
+    return fail(m.qk_norm ? "model.qk_norm" : "model.head_dim",
+                "the CPU executor runs attention with heads of hidden_size / num_heads and no q/k norms");
   if (m.positions == spec::Positions::kRotary && m.head_dim() % 2 != 0)
     return fail("model.hidden_size", "rotary embeddings need an even head dimension");
   return {};

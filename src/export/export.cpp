@@ -11,11 +11,11 @@ Result<ExportResult> export_plan(Engine e, const job::Job& job, const ExportOpti
   const auto& [m, c, t, p, files] = job;
   (void)files;  // engines take no calibration
   MIST_CHECK(plan::validate_plan(p, m, c, t));
-  // mist plans mixtures of experts as Megatron-Core runs them (analysis::PreparedJob refuses the
-  // other stacks); writing another engine's options would describe a different model.
-  if (m.is_moe() && e != Engine::kMegatron)
-    return fail("--to", fmt::format("model {} is a mixture of experts: mist exports MoE plans to Megatron-LM only",
-                                    m.name));
+  // mist plans mixtures of experts and Qwen3's attention as Megatron-Core runs them
+  // (analysis::PreparedJob refuses the other stacks); another engine's options would describe a
+  // different model.
+  if (std::string why = spec::megatron_core_only(m); !why.empty() && e != Engine::kMegatron)
+    return fail("--to", fmt::format("model {} {}: mist exports its plans to Megatron-LM only", m.name, why));
   ExportResult r;
   r.reasons = inexpressible_reasons(p, e, &t);
   if (!r.reasons.empty()) {

@@ -17,7 +17,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 57> kFlags{{
+constexpr std::array<FlagSpec, 59> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -75,6 +75,8 @@ constexpr std::array<FlagSpec, 57> kFlags{{
     {"--expert-tensor-parallel-size", true},
     {"--moe-shared-expert-intermediate-size", true},
     {"--moe-shared-expert-gate", false},
+    {"--kv-channels", true},
+    {"--qk-layernorm", false},
 }};
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
@@ -137,6 +139,9 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const s
   // A mixture of experts has no dense block; Megatron's recipes give the expert width for both.
   add(o, "--ffn-hidden-size", m.is_moe() ? m.moe_ffn_hidden_size : m.ffn_hidden_size);
   add(o, "--num-attention-heads", m.num_heads);
+  // Qwen3: heads of their own size (Megatron's default kv_channels is hidden / heads) and q/k norms.
+  if (m.decoupled_head_dim()) add(o, "--kv-channels", m.head_dim());
+  if (m.qk_norm) add(o, "--qk-layernorm");
   if (m.is_moe()) add_moe_options(o, m);
   if (m.num_kv_heads != m.num_heads) {
     add(o, "--group-query-attention");
@@ -260,6 +265,14 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   if (!m.is_moe()) MIST_CHECK(detail::check_model_flag(f, "--ffn-hidden-size", m.ffn_hidden_size, m, "FFN units"));
   if (f.has("--group-query-attention"))
     MIST_CHECK(detail::check_model_flag(f, "--num-query-groups", m.num_kv_heads, m, "key/value heads"));
+  MIST_TRY(auto kv_channels, f.integer("--kv-channels", 1, 1 << 20));
+  if (kv_channels.value_or(m.hidden_size / m.num_heads) != m.head_dim())
+    return fail("--kv-channels", fmt::format("gives heads of {} but model {} has heads of {}{}",
+                                             kv_channels.value_or(m.hidden_size / m.num_heads), m.name,
+                                             m.head_dim(), kv_channels ? "" : " (the default is hidden / heads)"));
+  if (f.has("--qk-layernorm") != m.qk_norm)
+    return fail("--qk-layernorm", fmt::format("model {} {} its queries and keys per head", m.name,
+                                              m.qk_norm ? "normalises" : "does not normalise"));
 
   MIST_TRY(auto tp, f.integer("--tensor-model-parallel-size", 1, 1024));
   MIST_TRY(auto pp, f.integer("--pipeline-model-parallel-size", 1, 100000));

@@ -48,8 +48,12 @@ struct Tensor {
 };
 
 // Shape of a (batched) matrix multiply C[m×n] = A[m×k]·B[k×n], for GEMM efficiency models.
+// `streams` > 0: the batch runs as separate GEMMs, `streams` of them at a time (Transformer
+// Engine's grouped GEMM: one cuBLAS GEMM per expert over its 4 compute streams); 0: one batched
+// kernel.
 struct GemmShape {
   Expr batch = Expr(1.0), m, n, k;
+  int streams = 0;
 };
 
 struct Op {

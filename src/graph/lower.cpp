@@ -129,19 +129,20 @@ int residual_add(LayerBuilder& B, const std::string& name, int x, int y) {
 // output), dropout (mask), context = p·v (saves p, v); GQA repeats k and v to all heads first, as
 // Megatron's DotProductAttention does. With flash attention: saves q, k, v, the output and the
 // fp32 log-sum-exp; no s² tensor exists.
-int attention_core(LayerBuilder& B, int q, int k, int v) {
+// `qw` is the query width a·d (h unless the model sets its own head size) and `d` the head size.
+int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const Expr& d) {
   const auto& o = B.o_;
   const auto& s = S();
   Expr heads = s.a / s.t;
-  Expr ctx_bytes = sb() * s.h / s.t * w(o);
+  Expr ctx_bytes = sb() * qw / s.t * w(o);
   if (o.flash_attention) {
     int ctx = B.tensor("attn.core.out", ctx_bytes);
     int lse = B.tensor("attn.core.lse", s.b * heads * s.s * 4, false);
     Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
     op.attention_core = true;
     op.causal_attention = true;  // decoder-only: the kernel skips blocks above the diagonal
-    op.fwd_flops = 4 * s.b * s.s * s.s * s.h / s.t;
-    op.bwd_flops = 10 * s.b * s.s * s.s * s.h / s.t;  // 2x the matmuls + recomputed q·kᵀ
+    op.fwd_flops = 4 * s.b * s.s * s.s * qw / s.t;
+    op.bwd_flops = 10 * s.b * s.s * s.s * qw / s.t;  // 2x the matmuls + recomputed q·kᵀ
     op.bytes_read = 3 * ctx_bytes;
     op.bytes_written = ctx_bytes;
     return ctx;
@@ -152,8 +153,8 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
   Op& qk = B.op("attn.qk", OpKind::kBmm, {q, ke}, {sc}, {q, ke});
   qk.attention_core = true;
   qk.is_gemm = true;
-  qk.gemm = {s.b * heads, s.s, s.s, s.h / s.a};
-  qk.fwd_flops = 2 * s.b * s.s * s.s * s.h / s.t;
+  qk.gemm = {s.b * heads, s.s, s.s, d};
+  qk.fwd_flops = 2 * s.b * s.s * s.s * qw / s.t;
   qk.bwd_flops = 2 * qk.fwd_flops;
   qk.bytes_read = 2 * ctx_bytes;
   qk.bytes_written = scores * w(o);
@@ -179,8 +180,8 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
   Op& pv = B.op("attn.pv", OpKind::kBmm, {pd, ve}, {ctx}, {pd, ve});
   pv.attention_core = true;
   pv.is_gemm = true;
-  pv.gemm = {s.b * heads, s.s, s.h / s.a, s.s};
-  pv.fwd_flops = 2 * s.b * s.s * s.s * s.h / s.t;
+  pv.gemm = {s.b * heads, s.s, d, s.s};
+  pv.fwd_flops = 2 * s.b * s.s * s.s * qw / s.t;
   pv.bwd_flops = 2 * pv.fwd_flops;
   pv.bytes_read = scores * w(o) + ctx_bytes;
   pv.bytes_written = ctx_bytes;
@@ -192,34 +193,55 @@ int attention_core(LayerBuilder& B, int q, int k, int v) {
 int attention(LayerBuilder& B, int x, const ModelSpec& m) {
   const auto& o = B.o_;
   const auto& s = S();
-  Expr kv_width = s.h * s.g / s.a;  // g heads of size h/a
-  Expr q_bytes = sb() * s.h / s.t * w(o);
+  // Heads of size h/a (d in the symbols' terms), or of the model's own head size: then the query
+  // width a·d is a number of its own (Qwen3: 32 heads of 128 on h = 2048).
+  const bool own = m.decoupled_head_dim();
+  const Expr d = own ? Expr(static_cast<double>(m.head_dim())) : s.h / s.a;
+  const Expr qw = own ? Expr(static_cast<double>(m.query_width())) : s.h;
+  Expr kv_width = own ? s.g * d : s.h * s.g / s.a;  // g heads of size d
+  Expr q_bytes = sb() * qw / s.t * w(o);
   Expr kv_bytes = sb() * kv_width / s.t * w(o);
-  Expr qkv_bias = m.qkv_bias ? (s.h + 2 * kv_width) / s.t : Expr(0.0);
+  Expr qkv_bias = m.qkv_bias ? (qw + 2 * kv_width) / s.t : Expr(0.0);
   int q = -1, k = -1, v = -1;
   if (o.fused_projections) {
-    int qkv = column_linear(B, "attn.qkv", x, s.h, (s.h + 2 * kv_width) / s.t, qkv_bias);
+    int qkv = column_linear(B, "attn.qkv", x, s.h, (qw + 2 * kv_width) / s.t, qkv_bias);
     // q, k, v are views of one allocation: saving any of them keeps all of qkv alive.
     q = B.view("attn.q", qkv, q_bytes), k = B.view("attn.k", qkv, kv_bytes), v = B.view("attn.v", qkv, kv_bytes);
     B.op("attn.split", OpKind::kView, {qkv}, {q, k, v}, {});
   } else {
     const bool bias = m.qkv_bias;
-    q = column_linear(B, "attn.wq", x, s.h, s.h / s.t, bias ? s.h / s.t : Expr(0.0));
+    q = column_linear(B, "attn.wq", x, s.h, qw / s.t, bias ? qw / s.t : Expr(0.0));
     k = column_linear(B, "attn.wk", x, s.h, kv_width / s.t, bias ? kv_width / s.t : Expr(0.0), true, true);
     v = column_linear(B, "attn.wv", x, s.h, kv_width / s.t, bias ? kv_width / s.t : Expr(0.0), true, true);
+  }
+  if (m.qk_norm) {
+    // Megatron's --qk-layernorm (TE RMSNorm over each head of q and of k, before the rotary
+    // embedding): new q and k; keeps its inputs (views of qkv: all of it stays alive) and an fp32
+    // 1/rms per head and token.
+    int qn = B.tensor("attn.q_norm", q_bytes), kn = B.tensor("attn.k_norm", kv_bytes);
+    int rstd = B.tensor("attn.qk_norm.rstd", sb() * (s.a + s.g) / s.t * 4, false);
+    Op& n = B.op("attn.qk_norm", OpKind::kRmsNorm, {q, k}, {qn, kn, rstd}, {q, k, rstd});
+    n.params = 2 * d;
+    n.stream_kernels = 2;
+    n.fwd_flops = 4 * sb() * (qw + kv_width) / s.t;
+    n.bwd_flops = 8 * sb() * (qw + kv_width) / s.t;
+    n.bytes_read = q_bytes + kv_bytes;
+    n.bytes_written = q_bytes + kv_bytes;
+    q = qn;
+    k = kn;
   }
   if (m.positions == spec::Positions::kRotary) {
     // Out-of-place rotary (Megatron's apply_rotary_pos_emb): new q and k, saves only cos/sin.
     int qr = B.tensor("attn.q_rot", q_bytes), kr = B.tensor("attn.k_rot", kv_bytes);
     Op& r = B.op("attn.rotary", OpKind::kRotary, {q, k}, {qr, kr}, {});
-    r.fwd_flops = 3 * sb() * (s.h + kv_width) / s.t;
+    r.fwd_flops = 3 * sb() * (qw + kv_width) / s.t;
     r.bwd_flops = r.fwd_flops;
     r.bytes_read = q_bytes + kv_bytes;
     r.bytes_written = q_bytes + kv_bytes;
     if (o.eager_elementwise) {
       // torchtitan's apply_rotary_emb, for q and for k: .float(), the complex product, .type_as.
       // The product keeps its complex (fp32) operand for backward.
-      const Expr elems = sb() * (s.h + kv_width) / s.t;
+      const Expr elems = sb() * (qw + kv_width) / s.t;
       int fp32 = B.tensor("attn.qk_fp32", elems * 4, false);
       r.outputs.push_back(fp32);
       r.saved = {fp32};
@@ -240,22 +262,22 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     e.bytes_read = 2 * kv_bytes;
     e.bytes_written = 2 * q_bytes;
     e.fwd_flops = Expr(0.0);
-    e.bwd_flops = 2 * sb() * s.h / s.t;
+    e.bwd_flops = 2 * sb() * qw / s.t;
     k = ke;
     v = ve;
   }
-  int ctx = attention_core(B, q, k, v);
+  int ctx = attention_core(B, q, k, v, qw, d);
   if (o.copies_around_attention) {
     // output.transpose(1, 2).contiguous(): the kernel's (b, heads, s, d) layout copied to (b, s, h).
     int c = B.tensor("attn.core.contiguous", q_bytes);
     Op& cp = B.op("attn.contiguous", OpKind::kCopy, {ctx}, {c}, {});
     cp.fwd_flops = Expr(0.0);
-    cp.bwd_flops = sb() * s.h / s.t;  // the gradient's layout copied back
+    cp.bwd_flops = sb() * qw / s.t;  // the gradient's layout copied back
     cp.bytes_read = q_bytes;
     cp.bytes_written = q_bytes;
     ctx = c;
   }
-  return row_linear(B, "attn.proj", ctx, s.h / s.t, m.linear_bias);
+  return row_linear(B, "attn.proj", ctx, qw / s.t, m.linear_bias);
 }
 
 // MLP: GELU (h -> f -> h) or SwiGLU (h -> 2f -> f -> h; Megatron's fused bias_swiglu saves only

@@ -22,7 +22,10 @@ int grouped_linear(LayerBuilder& B, const std::string& name, int x, Expr tokens,
   op.params = experts * in * out;
   op.expert = true;
   op.is_gemm = true;
-  op.gemm = {experts, tokens / experts, out, in};
+  // TEGroupedLinear runs one cuBLAS GEMM per local expert over Transformer Engine's 4 compute
+  // streams (nvte_multi_tensor_gemm -> multi_stream_cublas_gemm unless NVTE_USE_CUTLASS_GROUPED_GEMM;
+  // detail::num_compute_streams = 4): with few rows per expert each round leaves SMs idle.
+  op.gemm = {experts, tokens / experts, out, in, 4};
   op.fwd_flops = 2 * tokens * in * out;
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = tokens * in * w(o) + op.params * w(o);

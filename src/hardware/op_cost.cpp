@@ -21,8 +21,15 @@ std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spe
   auto value = [&](const sym::Expr& e) { return sym::evaluate_or_zero(e, at); };
   if (op.is_gemm) {
     const double B = value(op.gemm.batch), m = value(op.gemm.m), n = value(op.gemm.n), k = value(op.gemm.k);
+    const int streams = op.gemm.streams;
     auto gemm = [&](double gm, double gn, double gk) {
-      if (const GemmKernel mm{B, gm, gn, gk, d}; !mm.empty()) out.push_back(mm);
+      if (streams <= 0 || B <= streams) {
+        if (const GemmKernel mm{B, gm, gn, gk, d}; !mm.empty()) out.push_back(mm);
+        return;
+      }
+      // Rounds of `streams` GEMMs running at once (the last may hold fewer).
+      for (double left = B; left > 0; left -= streams)
+        if (const GemmKernel mm{std::min<double>(left, streams), gm, gn, gk, d}; !mm.empty()) out.push_back(mm);
     };
     if (!bwd) {
       gemm(m, n, k);

@@ -24,7 +24,7 @@ constexpr int64_t kMaxParameters = 1'000'000'000'000'000;  // 1e15
 constexpr int64_t kMaxExperts = 4096;
 
 constexpr std::string_view kHfTypes =
-    "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"falcon\", \"mixtral\", \"qwen2_moe\"";
+    "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"falcon\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\"";
 
 // Keys that configure experts in the Hugging Face configs of MoE models (Mixtral, Qwen-MoE,
 // DeepSeek, gpt-oss, OLMoE, DBRX). Under a dense model_type they mean the model is not the dense
@@ -37,9 +37,7 @@ constexpr std::string_view kExpertKeys[] = {
 int64_t norm_parameters(Norm n, int64_t h) { return n == Norm::kLayerNorm ? 2 * h : h; }
 
 // Width of the K (or V) projection output, g*d; 0 for a spec with no heads (not yet validated).
-int64_t kv_width(const ModelSpec& m) {
-  return m.num_heads > 0 ? m.num_kv_heads * (m.hidden_size / m.num_heads) : 0;
-}
+int64_t kv_width(const ModelSpec& m) { return m.num_heads > 0 ? m.num_kv_heads * m.head_dim() : 0; }
 
 // A readable name for a config.json without "_name_or_path": the folder it sits in
 // (".../Llama-2-7b-hf/config.json" -> "Llama-2-7b-hf"), else the file stem.
@@ -88,7 +86,7 @@ Result<void> reject_expert_keys(const JsonFields& f, const std::string& type) {
     if (v.is_number() && v.get<double>() == 0) continue;  // some dense configs write 0 experts
     return fail(f.field_path(key),
                 fmt::format("configures experts, but model_type \"{}\" is a dense model; a mixture of "
-                            "experts needs its own model_type (mist reads \"mixtral\" and \"qwen2_moe\")",
+                            "experts needs its own model_type (mist reads \"mixtral\", \"qwen2_moe\" and \"qwen3_moe\")",
                             type));
   }
   return {};
@@ -202,6 +200,50 @@ Result<ModelSpec> from_qwen2_moe(const JsonFields& f, const std::string& what) {
   return m;
 }
 
+// Qwen3Config: Llama's layout with a head size of its own (head_dim, 128 by default, so a·d need
+// not be h), an RMSNorm over each query and key head (q_norm, k_norm), no attention biases unless
+// attention_bias.
+Result<ModelSpec> from_qwen3(const JsonFields& f, const std::string& what, const std::string& type) {
+  MIST_TRY(ModelSpec m, hf_common(f, what, "llama"));
+  MIST_TRY(m.num_layers, f.integer("num_hidden_layers", 1, kMaxLayers));
+  MIST_TRY(m.hidden_size, f.integer("hidden_size", 1, kMaxHidden));
+  MIST_TRY(m.num_heads, f.integer("num_attention_heads", 1, kMaxHidden));
+  MIST_TRY(m.num_kv_heads, f.integer_or("num_key_value_heads", m.num_heads, 1, kMaxHidden));
+  MIST_TRY(m.ffn_hidden_size, f.integer_or("intermediate_size", 22016, 1, kMaxFfn));
+  MIST_TRY(m.max_position_embeddings, f.integer_or("max_position_embeddings", 32768, 1, kMaxPositions));
+  MIST_TRY(int64_t d, f.integer_or("head_dim", 128, 2, kMaxHidden));
+  // The same head size as h/a is the coupled layout: keep it unset, as for Llama.
+  m.attention_head_dim = d * m.num_heads == m.hidden_size ? 0 : d;
+  m.qk_norm = true;
+  m.norm = Norm::kRmsNorm;
+  m.mlp = Mlp::kSwiGlu;
+  m.positions = Positions::kRotary;
+  m.norms_per_block = 2;
+  MIST_TRY(bool attention_bias, f.boolean_or("attention_bias", false));
+  m.qkv_bias = attention_bias;
+  m.linear_bias = attention_bias;
+  MIST_TRY(m.tie_word_embeddings, f.boolean_or("tie_word_embeddings", false));
+  MIST_TRY(bool use_window, f.boolean_or("use_sliding_window", false));
+  if (use_window)
+    return fail(f.field_path("use_sliding_window"),
+                fmt::format("unsupported for {}: its sliding window applies to some layers only (max_window_layers), "
+                            "which mist does not model",
+                            type));
+  return m;
+}
+
+// Qwen3MoeConfig: Qwen3's attention; every block a router over num_experts experts of
+// moe_intermediate_size, top num_experts_per_tok, no shared expert.
+Result<ModelSpec> from_qwen3_moe(const JsonFields& f, const std::string& what) {
+  MIST_TRY(ModelSpec m, from_qwen3(f, what, "qwen3_moe"));
+  MIST_SPEC_CHECK(require_every_block_sparse(f));
+  MIST_TRY(m.num_experts, f.integer_or("num_experts", 128, 1, kMaxExperts));  // Qwen3MoeConfig defaults
+  MIST_TRY(m.experts_per_token, f.integer_or("num_experts_per_tok", 8, 1, m.num_experts));
+  MIST_TRY(m.moe_ffn_hidden_size, f.integer_or("moe_intermediate_size", 768, 1, kMaxFfn));
+  m.ffn_hidden_size = 0;  // intermediate_size is the width of dense blocks, which it has none of
+  return m;
+}
+
 // FalconConfig (transformers), including the 7B layout (multi-query, one shared norm) and the
 // 40B "new decoder architecture" (grouped KV heads, separate attention and MLP norms).
 Result<ModelSpec> from_falcon(const JsonFields& f, const std::string& what) {
@@ -250,8 +292,6 @@ Result<ModelSpec> from_falcon(const JsonFields& f, const std::string& what) {
 
 // Mixtures of experts mist recognises but cannot lower yet, and what they need.
 std::string_view not_yet_modelled(const std::string& type) {
-  if (type == "qwen3_moe" || type == "qwen3")
-    return "its head_dim independent of hidden_size and its per-head query/key RMSNorm are not modelled yet";
   if (type == "deepseek_v3" || type == "deepseek_v2")
     return "multi-head latent attention (q_lora_rank, kv_lora_rank), dense first blocks "
            "(first_k_dense_replace) and multi-token prediction are not modelled yet";
@@ -264,10 +304,13 @@ Result<ModelSpec> from_hf(const JsonFields& f, const std::string& what) {
   MIST_TRY(std::string type, f.string("model_type"));
   if (type == "mixtral") return from_mixtral(f, what);
   if (type == "qwen2_moe") return from_qwen2_moe(f, what);
+  if (type == "qwen3_moe") return from_qwen3_moe(f, what);
   if (std::string_view why = not_yet_modelled(type); !why.empty())
     return fail(f.field_path("model_type"), fmt::format("unsupported model_type \"{}\": {}", type, why));
-  if (type == "gpt2" || type == "llama" || type == "mistral" || type == "qwen2" || type == "falcon")
+  if (type == "gpt2" || type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
+      type == "falcon")
     MIST_SPEC_CHECK(reject_expert_keys(f, type));
+  if (type == "qwen3") return from_qwen3(f, what, type);
   if (type == "gpt2") return from_gpt2(f, what);
   if (type == "llama" || type == "mistral" || type == "qwen2") return from_llama(f, what, type);
   if (type == "falcon") return from_falcon(f, what);
@@ -283,7 +326,7 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
        "ffn_hidden_size", "vocab_size", "max_position_embeddings", "norm", "mlp", "positions",
        "parallel_block", "norms_per_block", "qkv_bias", "linear_bias", "tie_word_embeddings",
        "num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
-       "shared_expert_gate", "sliding_window"}));
+       "shared_expert_gate", "sliding_window", "head_dim", "qk_norm"}));
   ModelSpec m;
   MIST_TRY(m.name, f.string("name"));
   MIST_TRY(m.family, f.choice("family", {"gpt", "llama", "falcon"}));
@@ -314,13 +357,15 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
   MIST_TRY(m.qkv_bias, f.boolean_or("qkv_bias", false));
   MIST_TRY(m.linear_bias, f.boolean_or("linear_bias", false));
   MIST_TRY(m.tie_word_embeddings, f.boolean_or("tie_word_embeddings", false));
+  MIST_TRY(m.attention_head_dim, f.integer_or("head_dim", 0, 0, kMaxHidden));
+  MIST_TRY(m.qk_norm, f.boolean_or("qk_norm", false));
   return m;
 }
 
 }  // namespace
 
-// Per block (h hidden, f ffn, g kv heads, d head dim):
-//   attention  q h*h + k,v 2*h*g*d + o h*h   (+ qkv bias h + 2*g*d, + o bias h)
+// Per block (h hidden, f ffn, a heads, g kv heads, d head dim, h/a unless head_dim is set):
+//   attention  q h*a*d + k,v 2*h*g*d + o a*d*h   (+ qkv bias a*d + 2*g*d, + o bias h; + q/k norms 2*d)
 //   MLP        GELU 2*h*f (+ f + h bias); SwiGLU gate/up/down 3*h*f (+ 2*f + h bias)
 //   norms      norms_per_block * (LayerNorm 2h | RMSNorm h)
 //   MoE        router h*E + experts E * 3*h*f_e + shared expert 3*h*f_s (+ its gate h)
@@ -333,10 +378,11 @@ struct BlockCounts {
 };
 
 BlockCounts block_counts(const ModelSpec& m) {
-  const int64_t h = m.hidden_size, f = m.ffn_hidden_size, kv = kv_width(m);
-  int64_t attn = 2 * h * h + 2 * h * kv;
-  if (m.qkv_bias) attn += h + 2 * kv;
+  const int64_t h = m.hidden_size, f = m.ffn_hidden_size, kv = kv_width(m), q = m.num_heads > 0 ? m.query_width() : 0;
+  int64_t attn = 2 * h * q + 2 * h * kv;
+  if (m.qkv_bias) attn += q + 2 * kv;
   if (m.linear_bias) attn += h;
+  if (m.qk_norm) attn += 2 * norm_parameters(Norm::kRmsNorm, m.head_dim());  // q_norm, k_norm: one d each
   const int64_t norms = m.norms_per_block * norm_parameters(m.norm, h);
   if (m.is_moe()) {
     int64_t shared = 3 * h * m.shared_expert_ffn_hidden_size + (m.shared_expert_gate ? h : 0);
@@ -442,7 +488,10 @@ Result<void> validate_model(const ModelSpec& m, const std::string& path) {
   MIST_SPEC_CHECK(in_range("vocab_size", m.vocab_size, kMaxVocab));
   MIST_SPEC_CHECK(in_range("max_position_embeddings", m.max_position_embeddings, kMaxPositions));
   MIST_SPEC_CHECK(in_range("norms_per_block", m.norms_per_block, 2));
-  if (m.hidden_size % m.num_heads != 0)
+  if (m.attention_head_dim < 0 || m.attention_head_dim > kMaxHidden)
+    return fail(at("head_dim"), fmt::format("must be 0 (hidden_size / num_heads) or between 1 and {}, got {}",
+                                            kMaxHidden, m.attention_head_dim));
+  if (m.attention_head_dim == 0 && m.hidden_size % m.num_heads != 0)
     return fail(at("num_heads"),
                 fmt::format("must divide hidden_size ({} % {} = {})", m.hidden_size, m.num_heads,
                             m.hidden_size % m.num_heads));
@@ -461,6 +510,12 @@ Result<void> validate_model(const ModelSpec& m, const std::string& path) {
   if (int64_t n = m.num_parameters(); n > kMaxParameters)
     return fail(path, fmt::format("model has {:.3g} parameters, more than the 1e15 mist accepts",
                                   static_cast<double>(n)));
+  return {};
+}
+
+std::string megatron_core_only(const ModelSpec& m) {
+  if (m.is_moe()) return "is a mixture of experts";
+  if (m.qk_norm || m.decoupled_head_dim()) return "has Qwen3's attention (its own head size, q/k RMSNorm)";
   return {};
 }
 
@@ -508,6 +563,8 @@ Json model_to_json(const ModelSpec& m) {
     j["shared_expert_gate"] = m.shared_expert_gate;
   }
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+  if (m.attention_head_dim > 0) j["head_dim"] = m.attention_head_dim;
+  if (m.qk_norm) j["qk_norm"] = true;
   return j;
 }
 

@@ -1,6 +1,6 @@
 // ModelSpec: the architecture of a decoder-only transformer, as mist lowers it.
-// Loaded from a Hugging Face config.json (gpt2, llama, mistral, qwen2, falcon; mixtral and qwen2_moe
-// for mixtures of experts), from mist's own JSON form (the catalog entries in data/models.json use
+// Loaded from a Hugging Face config.json (gpt2, llama, mistral, qwen2, qwen3, falcon; mixtral,
+// qwen2_moe and qwen3_moe for mixtures of experts), from mist's own JSON form (the catalog entries in data/models.json use
 // it), or by catalog name.
 #pragma once
 
@@ -37,6 +37,11 @@ struct ModelSpec {
   bool qkv_bias = false;           // bias on the QKV projection (gpt2, qwen2)
   bool linear_bias = false;        // bias on the other projections (gpt2)
   bool tie_word_embeddings = false;
+  // Qwen3's attention: a head size of its own (head_dim; 0: hidden_size / num_heads, so the query
+  // width a·d may differ from h; Megatron's --kv-channels), and an RMSNorm over each head of the
+  // queries and keys before the rotary embedding (Megatron's --qk-layernorm).
+  int64_t attention_head_dim = 0;
+  bool qk_norm = false;
 
   // Mixture of experts: with num_experts > 0 every block's MLP is a router over num_experts SwiGLU
   // experts of moe_ffn_hidden_size units each, of which every token uses experts_per_token (top-k,
@@ -54,7 +59,10 @@ struct ModelSpec {
   int64_t sliding_window = 0;
 
   bool is_moe() const { return num_experts > 0; }
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads; }
+  int64_t query_width() const { return num_heads * head_dim(); }  // a·d, the attention's inner width
+  // a·d differs from h (the attention projects h -> a·d -> h).
+  bool decoupled_head_dim() const { return query_width() != hidden_size; }
   // Parameter count of the whole model (embedding, blocks, final norm, LM head; tied head once).
   int64_t num_parameters() const;
   // Parameters one token's forward pass uses: all of them for a dense model; the router, the
@@ -64,6 +72,11 @@ struct ModelSpec {
   int64_t active_block_parameters() const;
   bool operator==(const ModelSpec&) const = default;
 };
+
+// What of `m` mist lowers only as Megatron-Core runs it (a mixture of experts; Qwen3's attention,
+// with its own head size and q/k RMSNorm), in words for an error; "" when every stack's
+// implementation is modelled. The one home of the rule for predictions and exports.
+std::string megatron_core_only(const ModelSpec& m);
 
 // A model given on the command line: a catalog name ("llama2-7b") or a JSON file path
 // (a Hugging Face config.json or mist's own form).

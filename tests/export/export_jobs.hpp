@@ -1,18 +1,35 @@
 // Jobs and plans for the export tests.
 #pragma once
 
+#include <optional>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "export/capability.hpp"
+#include "export/exchange.hpp"
 #include "plan/plan.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
 #include "spec/training.hpp"
 
 namespace mist::engines::testing {
+
+// Exported options as one command line (" --flag value --switch"), and the value of one option
+// (nullopt when absent, "" for a switch).
+inline std::string command(const std::vector<Option>& options) {
+  std::string cmd;
+  for (const auto& o : options) cmd += " " + o.name + (o.value ? " " + *o.value : "");
+  return cmd;
+}
+inline std::optional<std::string> value(const std::vector<Option>& options, std::string_view name) {
+  for (const auto& o : options)
+    if (o.name == name) return o.value.value_or("");
+  return std::nullopt;
+}
 
 inline spec::ModelSpec model(const std::string& name) {
   auto m = spec::catalog_model(name);

@@ -10,20 +10,10 @@ namespace mist::engines {
 namespace {
 
 using testing::cluster;
+using testing::command;
 using testing::model;
 using testing::training;
-
-std::string command(const std::vector<Option>& options) {
-  std::string cmd;
-  for (const auto& o : options) cmd += " " + o.name + (o.value ? " " + *o.value : "");
-  return cmd;
-}
-
-std::optional<std::string> value(const std::vector<Option>& options, std::string_view name) {
-  for (const auto& o : options)
-    if (o.name == name) return o.value.value_or("");
-  return std::nullopt;
-}
+using testing::value;
 
 // dp 2 tp 4 pp 2, the experts over ep 4 with etp 1 (expert data parallelism 2).
 plan::Plan mixtral_plan(int64_t layers = 32) {

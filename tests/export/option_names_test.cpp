@@ -39,7 +39,9 @@ const std::set<std::string> kMegatronNames{
     // expert_tensor_parallel_size).
     "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-grouped-gemm",
     "--moe-token-dispatcher-type", "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size",
-    "--moe-shared-expert-gate"};
+    "--moe-shared-expert-gate",
+    // Qwen3's attention: TransformerConfig's kv_channels and qk_layernorm (transformer_config.py:184, :259).
+    "--kv-channels", "--qk-layernorm"};
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.

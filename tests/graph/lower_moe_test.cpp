@@ -3,15 +3,13 @@
 
 #include "graph/liveness.hpp"
 #include "graph/lower.hpp"
+#include "graph_checks.hpp"
 
 namespace mist::graph {
 namespace {
 
-double eval(const Expr& e, const sym::Bindings& b) {
-  auto v = sym::evaluate(e, b);
-  EXPECT_TRUE(v.has_value()) << (v ? "" : v.error().to_string());
-  return v ? *v : 0;
-}
+using testing::eval;
+using testing::find_op;
 
 // Plan degrees: tp, expert parallelism, expert tensor parallelism.
 struct Degrees {
@@ -42,12 +40,6 @@ void bind(sym::Bindings& b, Degrees d) {
 const Degrees kDegrees[] = {{1, 1, 1}, {2, 1, 1}, {2, 1, 2}, {8, 1, 8}, {8, 8, 1}, {4, 4, 2}, {1, 2, 1}};
 
 const char* kMoeModels[] = {"mixtral-8x7b", "mixtral-8x22b", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b"};
-
-const Op* find_op(const Layer& L, std::string_view name) {
-  for (const auto& op : L.ops)
-    if (op.name == name) return &op;
-  return nullptr;
-}
 
 // The block's parameters are the model's count; the expert grid shards the experts ep·etp ways
 // (E/ep experts, 1/etp of each), tensor parallelism the shared expert t ways, and the router stays

@@ -2,19 +2,14 @@
 #include <gtest/gtest.h>
 
 #include "plan/plan.hpp"
+#include "../common/expect.hpp"
 
 namespace mist::plan {
 namespace {
 
-using spec::ModelSpec;
+using mist::testing::expect_error;
 
-template <class T>
-void expect_error(const Result<T>& r, std::string_view path, std::string_view word) {
-  ASSERT_FALSE(r.has_value()) << "expected an error at " << path;
-  EXPECT_EQ(r.error().path, path) << r.error().to_string();
-  EXPECT_NE(r.error().message.find(word), std::string::npos)
-      << "message lacks \"" << word << "\": " << r.error().to_string();
-}
+using spec::ModelSpec;
 
 spec::ClusterSpec h100(int64_t nodes) {
   auto c = spec::cluster_from_json(

@@ -8,30 +8,21 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/expect.hpp"
+
 #include "core/units.hpp"
 
 namespace mist::spec {
 namespace {
 
+using mist::testing::parse;
+using mist::testing::expect_error;
+
 using units::kGB;
 using units::kGiB;
 
-Json parse(std::string_view text) {
-  auto j = parse_json_text(text, "test");
-  EXPECT_TRUE(j.has_value()) << j.error().to_string();
-  return j ? *j : Json();
-}
-
 Result<ClusterSpec> cluster(std::string_view text) {
   return cluster_from_json(parse(text), "cluster");
-}
-
-template <class T>
-void expect_error(const Result<T>& r, std::string_view path, std::string_view word) {
-  ASSERT_FALSE(r.has_value()) << "expected an error at " << path;
-  EXPECT_EQ(r.error().path, path) << r.error().to_string();
-  EXPECT_NE(r.error().message.find(word), std::string::npos)
-      << "message lacks \"" << word << "\": " << r.error().to_string();
 }
 
 void expect_round_trip(const ClusterSpec& c) {

@@ -9,26 +9,17 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/expect.hpp"
+
 namespace mist::spec {
 namespace {
 
-Json parse(std::string_view text) {
-  auto j = parse_json_text(text, "test");
-  EXPECT_TRUE(j.has_value()) << j.error().to_string();
-  return j ? *j : Json();
-}
+using mist::testing::parse;
+using mist::testing::expect_error;
 
 Result<ModelSpec> model(std::string_view text) { return model_from_json(parse(text), "model"); }
 
 // The error names `path` and its message contains `word`.
-template <class T>
-void expect_error(const Result<T>& r, std::string_view path, std::string_view word) {
-  ASSERT_FALSE(r.has_value()) << "expected an error at " << path;
-  EXPECT_EQ(r.error().path, path) << r.error().to_string();
-  EXPECT_NE(r.error().message.find(word), std::string::npos)
-      << "message lacks \"" << word << "\": " << r.error().to_string();
-}
-
 // Same architecture, ignoring name and source.
 void expect_same_shape(const ModelSpec& a, const ModelSpec& b) {
   ModelSpec x = a, y = b;

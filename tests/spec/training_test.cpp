@@ -8,25 +8,16 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/expect.hpp"
+
 namespace mist::spec {
 namespace {
 
-Json parse(std::string_view text) {
-  auto j = parse_json_text(text, "test");
-  EXPECT_TRUE(j.has_value()) << j.error().to_string();
-  return j ? *j : Json();
-}
+using mist::testing::parse;
+using mist::testing::expect_error;
 
 Result<TrainingSpec> training(std::string_view text) {
   return training_from_json(parse(text), "training");
-}
-
-template <class T>
-void expect_error(const Result<T>& r, std::string_view path, std::string_view word) {
-  ASSERT_FALSE(r.has_value()) << "expected an error at " << path;
-  EXPECT_EQ(r.error().path, path) << r.error().to_string();
-  EXPECT_NE(r.error().message.find(word), std::string::npos)
-      << "message lacks \"" << word << "\": " << r.error().to_string();
 }
 
 TEST(Training, Defaults) {

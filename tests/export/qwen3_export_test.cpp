@@ -1,0 +1,81 @@
+// Qwen3's attention in the Megatron-LM export: --kv-channels (heads of their own size) and
+// --qk-layernorm, their round trip through the importer and its refusals; the other engines refuse.
+#include <gtest/gtest.h>
+
+#include "export/exchange.hpp"
+#include "export/megatron.hpp"
+#include "export_jobs.hpp"
+
+namespace mist::engines {
+namespace {
+
+using testing::cluster;
+using testing::command;
+using testing::model;
+using testing::training;
+using testing::value;
+
+// dp 4 tp 2 pp 2 on 16 GPUs; a30b's 128 experts over ep 8.
+plan::Plan qwen3_plan(const spec::ModelSpec& m) {
+  auto p = testing::plan(4, 2, {m.num_layers / 2, m.num_layers / 2}, 1, 32, /*zero=*/1);
+  p.sequence_parallel = true;
+  if (m.is_moe()) p.ep = 8;
+  return p;
+}
+
+TEST(Qwen3Export, MegatronGetsTheAttentionFlagsAndTheyRoundTrip) {
+  for (const char* name : {"qwen3-30b-a3b", "qwen3-8b"}) {
+    const auto m = model(name);
+    auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), qwen3_plan(m), {}});
+    ASSERT_TRUE(r && r->exported) << name << (r ? "" : ": " + r.error().to_string());
+    const auto& o = r->exported->options;
+    // 30B-A3B: 32 heads of 128 on h 2048; 8B's heads are h/a = 128, Megatron's default.
+    EXPECT_EQ(value(o, "--kv-channels"), m.decoupled_head_dim() ? std::optional<std::string>("128") : std::nullopt)
+        << name;
+    EXPECT_TRUE(value(o, "--qk-layernorm").has_value()) << name;
+    auto back = import_megatron_flags(command(o), m, cluster(2, 8));
+    ASSERT_TRUE(back) << name << ": " << back.error().to_string();
+    EXPECT_EQ(back->plan.tp, 2);
+    EXPECT_EQ(back->plan.ep, m.is_moe() ? 8 : 1);
+  }
+}
+
+TEST(Qwen3Export, ImportRefusesAnotherAttention) {
+  const auto m = model("qwen3-30b-a3b");
+  auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), qwen3_plan(m), {}});
+  ASSERT_TRUE(r && r->exported);
+  const std::string cmd = command(r->exported->options);
+  auto without = [&](const std::string& token) {
+    std::string c = cmd;
+    c.erase(c.find(token), token.size());
+    return import_megatron_flags(c, m, cluster(2, 8));
+  };
+  auto kv = without(" --kv-channels 128");
+  ASSERT_FALSE(kv);
+  EXPECT_EQ(kv.error().path, "--kv-channels");
+  EXPECT_NE(kv.error().message.find("hidden / heads"), std::string::npos) << kv.error().to_string();
+  auto qk = without(" --qk-layernorm");
+  ASSERT_FALSE(qk);
+  EXPECT_EQ(qk.error().path, "--qk-layernorm");
+  // A Llama given Qwen3's norms.
+  const auto llama = model("llama3-8b");
+  auto l = export_plan(Engine::kMegatron, {llama, cluster(2, 8), training(128, 4096),
+                                           testing::plan(4, 2, {16, 16}, 1, 32, 1), {}});
+  ASSERT_TRUE(l && l->exported);
+  auto bad = import_megatron_flags(command(l->exported->options) + " --qk-layernorm", llama, cluster(2, 8));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().path, "--qk-layernorm");
+}
+
+TEST(Qwen3Export, OtherEnginesRefuseIt) {
+  for (Engine e : {Engine::kDeepSpeed, Engine::kTorchtitan}) {
+    const auto m = model("qwen3-8b");
+    auto r = export_plan(e, {m, cluster(2, 8), training(128, 4096), qwen3_plan(m), {}});
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().path, "--to");
+    EXPECT_NE(r.error().message.find("Qwen3"), std::string::npos) << r.error().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace mist::engines
