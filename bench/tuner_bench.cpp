@@ -4,12 +4,17 @@
 //   Sweep/GPUs/mist-gpt-22b/{1,2}x8xL4, Sweep/Layers/mist-gpt-22b-L{24,96}/4x8xL4: growth
 //   Large/llama2-70b/8x8xH100        GBS 1024, s 4096, bf16, flash (Llama 2's 4M-token batch; 30 s)
 //   Large/gpt3-175b/128x8xA100-80GB  GBS 1536, s 2048, bf16, flash (SC21's 175B run; 2 minutes)
+//   MoE/qwen3-30b-a3b/2x8xH100      GBS 1024, s 4096, bf16 (issue 16: 5 s), the full space and
+//                                    --engine megatron's; ep and etp searched with dp, tp, pp
+//   MoE/mixtral-8x7b/2x8xH100        GBS 256, s 4096, bf16, the same two spaces
 // The Large ones take minutes and run only when asked for (scripts/bench.sh --large).
 // Counters: layouts, stage settings costed, settings that fit, the best plan's predicted
 // iteration time (0 when nothing fits).
 #include <benchmark/benchmark.h>
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "jobs.hpp"
 #include "tuner/tuner.hpp"
@@ -18,9 +23,10 @@ namespace mist::bench {
 namespace {
 
 void tune_job(benchmark::State& state, const spec::ModelSpec& m, const spec::ClusterSpec& c,
-              const spec::TrainingSpec& t) {
+              const spec::TrainingSpec& t, std::optional<engines::Engine> engine = std::nullopt) {
   tuner::TuneOptions o;
-  o.space = *tuner::named_space("mist");
+  o.space = engine ? tuner::engine_space(*engine) : *tuner::named_space("mist");
+  o.engine = engine;
   o.top = 1;
   for (auto _ : state) {
     auto job = analysis::PreparedJob::create(m, c, t);  // part of what `mist tune` pays
@@ -56,6 +62,19 @@ void register_all() {
   for (int layers : {24, 96})
     add("Sweep/Layers/mist-gpt-22b-L" + std::to_string(layers) + "/4x8xL4", model("mist-gpt-22b", layers),
         cluster("L4-24GB", 4, 8), kL4Run);
+  for (auto [name, engine] : {std::pair{"", std::optional<engines::Engine>()},
+                              std::pair{"/megatron", std::optional<engines::Engine>(engines::Engine::kMegatron)}}) {
+    const auto h100 = cluster("H100-SXM5-80GB", 2, 8);
+    const auto qwen3 = model("qwen3-30b-a3b"), mixtral = model("mixtral-8x7b");
+    const auto t1024 = training(1024, 4096, spec::Dtype::kBf16), t256 = training(256, 4096, spec::Dtype::kBf16);
+    const std::optional<engines::Engine> e = engine;
+    benchmark::RegisterBenchmark((std::string("MoE/qwen3-30b-a3b/2x8xH100") + name).c_str(),
+                                 [=](benchmark::State& s) { tune_job(s, qwen3, h100, t1024, e); })
+        ->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+    benchmark::RegisterBenchmark((std::string("MoE/mixtral-8x7b/2x8xH100") + name).c_str(),
+                                 [=](benchmark::State& s) { tune_job(s, mixtral, h100, t256, e); })
+        ->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+  }
   add("Large/llama2-70b/8x8xH100", model("llama2-70b"), cluster("H100-SXM5-80GB", 8, 8),
       training(1024, 4096, spec::Dtype::kBf16));
   add("Large/gpt3-175b/128x8xA100-80GB", model("gpt3-175b"), cluster("A100-SXM4-80GB", 128, 8),
