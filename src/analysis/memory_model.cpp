@@ -235,7 +235,7 @@ Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& 
   const graph::LoweredModel& lm = lowering->model;
   const StageMemoryModel& M = lowering->memory;
 
-  const double nccl = nccl_buffer_bytes(p, c);
+  const double nccl = nccl_buffer_bytes(p, c, uses_expert_groups(p, m.is_moe()));
   const size_t rows = p.stages.size();
   const size_t n_in = M.inputs.size();
   std::vector<double> in(n_in * rows), out(M.program.num_outputs() * rows);

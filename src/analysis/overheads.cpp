@@ -18,7 +18,9 @@ int nccl_channels(const spec::ClusterSpec& c, bool crosses_nodes) {
   return 4;                             // PCIe only
 }
 
-double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c) {
+bool uses_expert_groups(const plan::Plan& p, bool moe) { return moe && (p.ep > 1 || p.etp != p.tp); }
+
+double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool expert_groups) {
   const Communicators k = communicators_of(p, c);
   const bool tp_crosses = p.tp > c.gpus_per_node;
   double bytes = 0;
@@ -27,6 +29,15 @@ double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c) {
   if (k.dp_size > 1) bytes += 2.0 * nccl_channels(c, k.dp_crosses_nodes) * kNcclBytesPerPeerChannel;
   // Pipeline send/recv: two neighbours, NCCL's default of 2 channels per p2p peer.
   if (k.pp_size > 1) bytes += 2.0 * 2.0 * kNcclBytesPerPeerChannel;
+  if (expert_groups) {
+    // The expert grid (etp fastest, then ep, then expert data parallel): rings over the ETP and
+    // EDP groups; the dispatcher's all-to-all sends to every other EP rank, 2 channels per peer
+    // as for the pipeline's send/recv.
+    const int64_t per_node = c.gpus_per_node, edp = plan::expert_dp(p);
+    if (p.etp > 1) bytes += 2.0 * nccl_channels(c, p.etp > per_node) * kNcclBytesPerPeerChannel;
+    if (p.ep > 1) bytes += static_cast<double>(p.ep - 1) * 2.0 * kNcclBytesPerPeerChannel;
+    if (edp > 1) bytes += 2.0 * nccl_channels(c, p.etp * p.ep * edp > per_node) * kNcclBytesPerPeerChannel;
+  }
   return bytes;
 }
 

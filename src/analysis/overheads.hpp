@@ -21,7 +21,12 @@ struct Communicators {
 Communicators communicators_of(const plan::Plan& p, const spec::ClusterSpec& c);
 // Channels NCCL opens for a communicator on this link (an estimate; see docs).
 int nccl_channels(const spec::ClusterSpec& c, bool crosses_nodes);
-// NCCL buffer bytes held by one GPU for all communicators it belongs to.
-double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c);
+// NCCL buffer bytes held by one GPU for all communicators it belongs to. `expert_groups`: the plan's
+// experts use groups of their own (a mixture of experts with ep > 1 or etp ≠ tp, where Megatron
+// reduces expert weights over the expert data-parallel group), whose communicators add theirs.
+double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool expert_groups = false);
+// Whether plan `p` of a model with `moe` experts runs expert groups of its own (Megatron's
+// use_expert_pgs: expert parallelism, or expert tensor parallelism other than tp).
+bool uses_expert_groups(const plan::Plan& p, bool moe);
 
 }  // namespace mist::analysis

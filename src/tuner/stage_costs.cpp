@@ -37,7 +37,9 @@ Result<StageCosts> StageCosts::create(const analysis::PreparedJob& job, const Se
   }
   MIST_TRY(auto timer, analysis::StageTimer::create(job, layout));
   return StageCosts(job.cluster(), space, layout, std::move(timer), std::move(progs),
-                    analysis::nccl_buffer_bytes(layout, job.cluster()), job.usable_memory_bytes());
+                    analysis::nccl_buffer_bytes(layout, job.cluster(),
+                                                analysis::uses_expert_groups(layout, job.model().is_moe())),
+                    job.usable_memory_bytes());
 }
 
 void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,

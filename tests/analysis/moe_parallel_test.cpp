@@ -3,6 +3,7 @@
 // all-to-alls timed over the expert-parallel group's links.
 #include <gtest/gtest.h>
 
+#include "analysis/overheads.hpp"
 #include "test_jobs.hpp"
 
 namespace mist::analysis {
@@ -74,6 +75,21 @@ TEST(MoeParallel, AllToAllLeavingTheNodeCostsMore) {
   EXPECT_GT(across->stages[0].fwd_s, inside->stages[0].fwd_s);
   // ep 1 with etp 2 has no all-to-all, only the gather over 2 GPUs.
   EXPECT_LT(none->stages[0].fwd_s, across->stages[0].fwd_s);
+}
+
+// Experts on groups of their own hold NCCL buffers for them: ep 2 etp 4 on tp 4 dp 4 (2 nodes)
+// adds a ring over the ETP group (4 GPUs, NVLink: 32 channels × 2 peers), the all-to-all's one
+// other EP rank (2 channels) and a ring over the expert data-parallel group of 2, which leaves the
+// node (8 channels × 2 peers); with ep 1 and etp = tp the experts use the dense groups.
+TEST(MoeParallel, ExpertGroupsHoldNcclBuffers) {
+  const auto m = *spec::catalog_model("mixtral-8x7b");
+  const auto c = cluster("H100-SXM5-80GB", 2, 8);
+  const auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
+  auto dense_groups = memory_of(m, c, t, mixtral(4, 4, 1, 4, 1));
+  auto expert_groups = memory_of(m, c, t, mixtral(4, 4, 2, 4, 1));
+  ASSERT_TRUE(dense_groups && expert_groups);
+  EXPECT_NEAR(term(expert_groups->stages[0], "nccl_buffers") - term(dense_groups->stages[0], "nccl_buffers"),
+              (2 * 32 + 2 + 2 * 8) * kNcclBytesPerPeerChannel, 1);
 }
 
 // A dense model refuses expert degrees, naming the field.
