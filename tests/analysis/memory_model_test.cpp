@@ -14,12 +14,7 @@ using mist::testing::cluster;
 using mist::testing::gpt;
 using mist::testing::training;
 
-double term(const StageMemory& s, const std::string& name) {
-  for (const auto& t : s.terms)
-    if (t.name == name) return t.bytes;
-  ADD_FAILURE() << "no term " << name;
-  return 0;
-}
+double term(const StageMemory& s, const std::string& name) { return mist::testing::memory_term(s, name); }
 
 // ZeRO (Rajbhandari et al., SC20, Figure 1): model states per GPU for Ψ = 7.5B, N_d = 64, K = 12:
 // 120 / 31.4 / 16.6 / 1.9 GB for stages 0..3 under fp16 mixed precision with fp16 gradients.

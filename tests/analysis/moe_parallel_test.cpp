@@ -13,12 +13,17 @@ using mist::testing::cluster;
 using mist::testing::memory_of;
 using mist::testing::time_of;
 
-double term(const StageMemory& s, std::string_view name) {
-  for (const auto& t : s.terms)
-    if (t.name == name) return t.bytes;
-  ADD_FAILURE() << "no term " << name;
-  return 0;
-}
+double term(const StageMemory& s, std::string_view name) { return mist::testing::memory_term(s, name); }
+
+// The job most tests here plan: Mixtral 8x7B on 2×8 H100, GBS 64, seq 4096, bf16 with bf16
+// gradients.
+struct MixtralJob {
+  spec::ModelSpec m = *spec::catalog_model("mixtral-8x7b");
+  spec::ClusterSpec c = cluster("H100-SXM5-80GB", 2, 8);
+  spec::TrainingSpec t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
+  Result<MemoryPrediction> memory(const plan::Plan& p) const { return memory_of(m, c, t, p); }
+  Result<TimePrediction> time(const plan::Plan& p) const { return time_of(m, c, t, p); }
+};
 
 plan::Plan mixtral(int64_t dp, int64_t tp, int64_t ep, int64_t etp, int zero) {
   const auto m = *spec::catalog_model("mixtral-8x7b");
@@ -36,15 +41,14 @@ plan::Plan mixtral(int64_t dp, int64_t tp, int64_t ep, int64_t etp, int zero) {
 // optimizer (ZeRO-1) the expert states are sharded over the expert data-parallel group of
 // 16/(ep·etp) GPUs, so every GPU holds 1/16 of them whatever the split, and the dense states 1/dp.
 TEST(MoeParallel, ExpertStateShardsOverTheExpertGrid) {
-  const auto m = *spec::catalog_model("mixtral-8x7b");
-  const auto c = cluster("H100-SXM5-80GB", 2, 8);
-  const auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
+  const MixtralJob job;
+  const auto& m = job.m;
   const double experts = 3.0 * m.num_experts * m.hidden_size * m.moe_ffn_hidden_size * m.num_layers;
-  auto base = memory_of(m, c, t, mixtral(4, 4, 1, 1, 1));
+  auto base = job.memory(mixtral(4, 4, 1, 1, 1));
   ASSERT_TRUE(base) << base.error().to_string();
   const auto& b0 = base->stages[0];
   for (auto [ep, etp] : {std::pair{2, 1}, {8, 1}, {1, 4}, {4, 4}, {4, 2}}) {
-    auto r = memory_of(m, c, t, mixtral(4, 4, ep, etp, 1));
+    auto r = job.memory(mixtral(4, 4, ep, etp, 1));
     ASSERT_TRUE(r) << r.error().to_string();
     const auto& s = r->stages[0];
     const double kept = 1.0 / (ep * etp) - 1;
@@ -54,8 +58,8 @@ TEST(MoeParallel, ExpertStateShardsOverTheExpertGrid) {
     EXPECT_NEAR(term(s, "optimizer_states"), term(b0, "optimizer_states"), 1) << ep << "," << etp;
   }
   // Without the distributed optimizer each expert's states stay on its ep·etp ranks' copies.
-  auto z0 = memory_of(m, c, t, mixtral(4, 4, 8, 1, 0));
-  auto z0_base = memory_of(m, c, t, mixtral(4, 4, 1, 1, 0));
+  auto z0 = job.memory(mixtral(4, 4, 8, 1, 0));
+  auto z0_base = job.memory(mixtral(4, 4, 1, 1, 0));
   ASSERT_TRUE(z0 && z0_base);
   EXPECT_NEAR(term(z0->stages[0], "optimizer_states") - term(z0_base->stages[0], "optimizer_states"),
               12 * experts * (1.0 / 8 - 1), 1);
@@ -65,12 +69,10 @@ TEST(MoeParallel, ExpertStateShardsOverTheExpertGrid) {
 // etp 1 keeps each EP group on 8 consecutive ranks (one node); with etp 2 its members are 2 apart
 // and span both nodes.
 TEST(MoeParallel, AllToAllLeavingTheNodeCostsMore) {
-  const auto m = *spec::catalog_model("mixtral-8x7b");
-  const auto c = cluster("H100-SXM5-80GB", 2, 8);
-  const auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
-  auto inside = time_of(m, c, t, mixtral(8, 2, 8, 1, 1));
-  auto across = time_of(m, c, t, mixtral(8, 2, 8, 2, 1));
-  auto none = time_of(m, c, t, mixtral(8, 2, 1, 2, 1));
+  const MixtralJob job;
+  auto inside = job.time(mixtral(8, 2, 8, 1, 1));
+  auto across = job.time(mixtral(8, 2, 8, 2, 1));
+  auto none = job.time(mixtral(8, 2, 1, 2, 1));
   ASSERT_TRUE(inside && across && none);
   EXPECT_GT(across->stages[0].fwd_s, inside->stages[0].fwd_s);
   // ep 1 with etp 2 has no all-to-all, only the gather over 2 GPUs.
@@ -82,11 +84,9 @@ TEST(MoeParallel, AllToAllLeavingTheNodeCostsMore) {
 // other EP rank (2 channels) and a ring over the expert data-parallel group of 2, which leaves the
 // node (8 channels × 2 peers); with ep 1 and etp = tp the experts use the dense groups.
 TEST(MoeParallel, ExpertGroupsHoldNcclBuffers) {
-  const auto m = *spec::catalog_model("mixtral-8x7b");
-  const auto c = cluster("H100-SXM5-80GB", 2, 8);
-  const auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
-  auto dense_groups = memory_of(m, c, t, mixtral(4, 4, 1, 4, 1));
-  auto expert_groups = memory_of(m, c, t, mixtral(4, 4, 2, 4, 1));
+  const MixtralJob job;
+  auto dense_groups = job.memory(mixtral(4, 4, 1, 4, 1));
+  auto expert_groups = job.memory(mixtral(4, 4, 2, 4, 1));
   ASSERT_TRUE(dense_groups && expert_groups);
   EXPECT_NEAR(term(expert_groups->stages[0], "nccl_buffers") - term(dense_groups->stages[0], "nccl_buffers"),
               (2 * 32 + 2 + 2 * 8) * kNcclBytesPerPeerChannel, 1);
@@ -104,12 +104,6 @@ TEST(MoeParallel, DenseModelsHaveNoExpertGrid) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().path, "plan.ep");
 }
-
-}  // namespace
-}  // namespace mist::analysis
-
-namespace mist::analysis {
-namespace {
 
 // Megatron-Core's own single-MoE-layer benchmark on one DGX H100 (Megatron-LM d98e8a64,
 // tests/functional_tests/test_cases/common/moe_perf/baseline.json, case mixtral_a2a_tp1ep8_bf16):

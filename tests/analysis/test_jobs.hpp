@@ -1,6 +1,10 @@
 // Small helpers to build jobs in tests.
 #pragma once
 
+#include <string_view>
+
+#include <gtest/gtest.h>
+
 #include "analysis/memory_model.hpp"
 #include "analysis/prediction.hpp"
 
@@ -39,6 +43,14 @@ inline spec::ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_
   m.qkv_bias = m.linear_bias = true;
   m.tie_word_embeddings = true;
   return m;
+}
+
+// The bytes of the memory term `name` of a stage (a test failure when there is none).
+inline double memory_term(const analysis::StageMemory& s, std::string_view name) {
+  for (const auto& t : s.terms)
+    if (t.name == name) return t.bytes;
+  ADD_FAILURE() << "no term " << name;
+  return 0;
 }
 
 // The one entry point (analysis::predict) on a job prepared without calibration files.

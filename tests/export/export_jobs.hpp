@@ -25,6 +25,13 @@ inline std::string command(const std::vector<Option>& options) {
   for (const auto& o : options) cmd += " " + o.name + (o.value ? " " + *o.value : "");
   return cmd;
 }
+// `cmd` with the first occurrence of `token` (" --flag value") taken out.
+inline std::string without_token(std::string cmd, std::string_view token) {
+  const size_t at = cmd.find(token);
+  EXPECT_NE(at, std::string::npos) << "no \"" << token << "\" in" << cmd;
+  if (at != std::string::npos) cmd.erase(at, token.size());
+  return cmd;
+}
 inline std::optional<std::string> value(const std::vector<Option>& options, std::string_view name) {
   for (const auto& o : options)
     if (o.name == name) return o.value.value_or("");

@@ -5,15 +5,18 @@
 #include "export/exchange.hpp"
 #include "export/megatron.hpp"
 #include "export_jobs.hpp"
+#include "../common/expect.hpp"
 
 namespace mist::engines {
 namespace {
 
+using mist::testing::expect_error;
 using testing::cluster;
 using testing::command;
 using testing::model;
 using testing::training;
 using testing::value;
+using testing::without_token;
 
 // dp 2 tp 4 pp 2, the experts over ep 4 with etp 1 (expert data parallelism 2).
 plan::Plan mixtral_plan(int64_t layers = 32) {
@@ -55,44 +58,32 @@ TEST(MoeExport, ImportRefusesWhatWouldBuildAnotherModel) {
   auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(), {}});
   ASSERT_TRUE(r && r->exported);
   const std::string cmd = command(r->exported->options);
-  auto without = [&](const std::string& flag, const std::string& val) {
-    std::string c = cmd;
-    const std::string token = " " + flag + (val.empty() ? "" : " " + val);
-    c.erase(c.find(token), token.size());
-    return import_megatron_flags(c, m, cluster(2, 8));
-  };
-  auto expect = [](const auto& res, std::string_view flag, std::string_view word) {
-    ASSERT_FALSE(res.has_value()) << flag;
-    EXPECT_EQ(res.error().path, flag) << res.error().to_string();
-    EXPECT_NE(res.error().message.find(word), std::string::npos) << res.error().to_string();
-  };
-  expect(without("--num-experts", "8"), "--num-experts", "dense model");
-  expect(without("--moe-token-dispatcher-type", "alltoall"), "--moe-token-dispatcher-type", "allgather");
-  expect(without("--moe-grouped-gemm", ""), "--moe-grouped-gemm", "SequentialMLP");
-  expect(import_megatron_flags(cmd + " --moe-router-topk 4", m, cluster(2, 8)), "--moe-router-topk", "2 experts");
-  auto without_ep = [&](const std::string& extra, bool keep_etp = true) {
-    std::string c = cmd;
-    for (const std::string token : {" --expert-model-parallel-size 4", " --expert-tensor-parallel-size 1"})
-      if (!keep_etp || token.find("model") != std::string::npos) c.erase(c.find(token), token.size());
-    return import_megatron_flags(c + extra, m, cluster(2, 8));
-  };
+  auto read_back = [&](const std::string& c) { return import_megatron_flags(c, m, cluster(2, 8)); };
+  expect_error(read_back(without_token(cmd, " --num-experts 8")), "--num-experts", "dense model");
+  expect_error(read_back(without_token(cmd, " --moe-token-dispatcher-type alltoall")), "--moe-token-dispatcher-type",
+               "allgather");
+  expect_error(read_back(without_token(cmd, " --moe-grouped-gemm")), "--moe-grouped-gemm", "SequentialMLP");
+  expect_error(read_back(cmd + " --moe-router-topk 4"), "--moe-router-topk", "2 experts");
+  const std::string no_ep = without_token(cmd, " --expert-model-parallel-size 4");
+  const std::string neither = without_token(no_ep, " --expert-tensor-parallel-size 1");
   // Megatron's defaults: no expert parallelism, expert tensor parallelism = tp.
-  auto defaults = without_ep("", false);
+  auto defaults = read_back(neither);
   ASSERT_TRUE(defaults) << defaults.error().to_string();
   EXPECT_EQ(defaults->plan.ep, 1);
   EXPECT_EQ(defaults->plan.etp, 4);
-  expect(without_ep(" --expert-model-parallel-size 4", false), "--expert-model-parallel-size", "tp·dp");
-  expect(without_ep(" --expert-model-parallel-size 3"), "--expert-model-parallel-size", "divide the 8 experts");
+  expect_error(read_back(neither + " --expert-model-parallel-size 4"), "--expert-model-parallel-size", "tp·dp");
+  expect_error(read_back(no_ep + " --expert-model-parallel-size 3"), "--expert-model-parallel-size",
+               "divide the 8 experts");
   // A dense model given expert flags.
   auto dense = export_plan(Engine::kMegatron, {model("llama3-8b"), cluster(2, 8), training(128, 4096),
                                                testing::plan(2, 4, {16, 16}, 1, 64, 1), {}});
   ASSERT_TRUE(dense && dense->exported);
-  expect(import_megatron_flags(command(dense->exported->options) + " --num-experts 8", model("llama3-8b"),
-                               cluster(2, 8)),
-         "--num-experts", "dense");
-  expect(import_megatron_flags(command(dense->exported->options) + " --expert-model-parallel-size 2",
-                               model("llama3-8b"), cluster(2, 8)),
-         "--expert-model-parallel-size", "no experts");
+  expect_error(import_megatron_flags(command(dense->exported->options) + " --num-experts 8", model("llama3-8b"),
+                                     cluster(2, 8)),
+               "--num-experts", "dense");
+  expect_error(import_megatron_flags(command(dense->exported->options) + " --expert-model-parallel-size 2",
+                                     model("llama3-8b"), cluster(2, 8)),
+               "--expert-model-parallel-size", "no experts");
 }
 
 TEST(MoeExport, OtherEnginesRefuseMixturesOfExperts) {

@@ -9,24 +9,15 @@
 
 #include <gtest/gtest.h>
 
-#include "../common/expect.hpp"
+#include "spec_checks.hpp"
 
 namespace mist::spec {
 namespace {
 
 using mist::testing::parse;
 using mist::testing::expect_error;
-
-Result<ModelSpec> model(std::string_view text) { return model_from_json(parse(text), "model"); }
-
-// The error names `path` and its message contains `word`.
-// Same architecture, ignoring name and source.
-void expect_same_shape(const ModelSpec& a, const ModelSpec& b) {
-  ModelSpec x = a, y = b;
-  x.name = y.name = "";
-  x.source = y.source = "";
-  EXPECT_EQ(x, y) << model_to_json(a).dump() << "\n" << model_to_json(b).dump();
-}
+using testing::expect_same_shape;
+using testing::model;
 
 // A valid mist-form model with one field replaced (or removed when `value` is empty).
 std::string mist_form_with(const std::string& key, const std::string& value) {

@@ -3,22 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "spec/model.hpp"
-#include "../common/expect.hpp"
+#include "spec_checks.hpp"
 
 namespace mist::spec {
 namespace {
 
 using mist::testing::expect_error;
 using mist::testing::parse;
-
-Result<ModelSpec> model(std::string_view text) { return model_from_json(parse(text), "model"); }
-
-void expect_same_shape(const ModelSpec& a, const ModelSpec& b) {
-  ModelSpec x = a, y = b;
-  x.name = y.name = "";
-  x.source = y.source = "";
-  EXPECT_EQ(x, y) << model_to_json(a).dump() << "\n" << model_to_json(b).dump();
-}
+using testing::expect_same_shape;
+using testing::model;
 
 // The fields of mistralai/Mixtral-8x7B-v0.1's config.json.
 constexpr std::string_view kMixtral = R"({

@@ -3,12 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "spec/model.hpp"
-#include "../common/expect.hpp"
+#include "spec_checks.hpp"
 
 namespace mist::spec {
 namespace {
 
 using mist::testing::parse;
+using testing::expect_same_shape;
 
 // The fields of Qwen/Qwen3-30B-A3B's config.json.
 constexpr std::string_view kQwen3Moe = R"({
@@ -26,13 +27,6 @@ constexpr std::string_view kQwen3 = R"({
   "intermediate_size": 12288, "max_position_embeddings": 40960, "model_type": "qwen3", "num_attention_heads": 32,
   "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "tie_word_embeddings": false,
   "use_sliding_window": false, "vocab_size": 151936})";
-
-void expect_same_shape(const ModelSpec& a, const ModelSpec& b) {
-  ModelSpec x = a, y = b;
-  x.name = y.name = "";
-  x.source = y.source = "";
-  EXPECT_EQ(x, y) << model_to_json(a).dump() << "\n" << model_to_json(b).dump();
-}
 
 TEST(Qwen3Config, ReadsTheCatalogShapes) {
   auto moe = model_from_json(parse(kQwen3Moe), "model");
