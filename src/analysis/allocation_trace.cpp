@@ -156,7 +156,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
     for (auto& s : ch) s.params = sum(s.tensors);
   }
 
-  const plan::ShardFactors z = plan::shard_factors(st.zero, p.dp);
+  const plan::ShardFactors z = plan::shard_factors(st.zero, plan::grad_dp(p));
   const plan::ShardFactors zx = plan::shard_factors(st.zero, plan::expert_dp(p));
   const auto& off = st.offload;
   const double wb = spec::dtype_bytes(tr.precision), gb = spec::dtype_bytes(tr.grad_dtype);

@@ -21,7 +21,7 @@ Expr S(const char* name) { return Expr::symbol(name); }
 
 const std::vector<std::string> kShapeSymbols = {"s", "h", "a", "g", "f", "V"};
 const std::vector<std::string> kKnobSymbols = {
-    "b", "t", "ep", "etp", "d", "l", "c", "p", "zw", "zg", "zo", "zwx", "zgx", "zox", "wo", "go", "oo", "ao",
+    "b", "t", "cp", "ep", "etp", "d", "l", "c", "p", "zw", "zg", "zo", "zwx", "zgx", "zox", "wo", "go", "oo", "ao",
     "E", "H", "T", "Q", "W", "G", "O", "A", "C_ctx", "C_blas", "C_nccl"};
 
 // Expected waste of rounding one allocation up to the caching allocator's 2 MiB granularity.
@@ -181,7 +181,7 @@ double in_flight_micro_batches(const plan::Plan& p, int stage) {
 
 std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
                                                              double in_flight, double nccl_bytes) {
-  const plan::ShardFactors z = plan::shard_factors(st.zero, layout.dp);
+  const plan::ShardFactors z = plan::shard_factors(st.zero, plan::grad_dp(layout));
   const plan::ShardFactors zx = plan::shard_factors(st.zero, plan::expert_dp(layout));
   const auto& o = st.offload;
   return {static_cast<double>(st.num_layers),
@@ -199,7 +199,7 @@ std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& l
           o.activations > 0 ? 1.0 : 0.0,
           in_flight,
           static_cast<double>(layout.micro_batch_size),
-          static_cast<double>(layout.dp),
+          static_cast<double>(plan::grad_dp(layout)),
           nccl_bytes,
           zx.weights,
           zx.gradients,
@@ -208,6 +208,7 @@ std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& l
 
 void bind_parallel_degrees(sym::Bindings& at, const plan::Plan& p) {
   at["t"] = static_cast<double>(p.tp);
+  at["cp"] = static_cast<double>(p.cp);
   at["ep"] = static_cast<double>(p.ep);
   at["etp"] = static_cast<double>(p.etp);
 }

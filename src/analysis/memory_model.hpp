@@ -131,7 +131,7 @@ std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& l
 sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                           const plan::Plan& p, const plan::StagePlan& st, int index, double nccl_bytes);
 
-// Binds the lowering's parallel degrees of plan `p`: t (tp), ep and etp. The one home of the rule
+// Binds the lowering's parallel degrees of plan `p`: t (tp), cp, ep and etp. The one home of the rule
 // for the memory model, the time model and the allocation trace.
 void bind_parallel_degrees(sym::Bindings& at, const plan::Plan& p);
 

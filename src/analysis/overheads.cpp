@@ -5,10 +5,12 @@ namespace mist::analysis {
 Communicators communicators_of(const plan::Plan& p, const spec::ClusterSpec& c) {
   Communicators k;
   k.tp_size = p.tp;
-  k.dp_size = p.dp;
+  k.dp_size = plan::grad_dp(p);  // gradients are reduced over dp·cp
   k.pp_size = p.pp;
-  // Megatron's rank order puts TP innermost, then DP: a DP group stays in a node while tp·dp fits.
-  k.dp_crosses_nodes = p.tp * p.dp > c.gpus_per_node;
+  k.cp_size = p.cp;
+  // Megatron's rank order puts TP innermost, then CP, then DP: the dp·cp group stays in a node
+  // while tp·cp·dp fits.
+  k.dp_crosses_nodes = p.tp * p.cp * p.dp > c.gpus_per_node;
   return k;
 }
 
@@ -29,6 +31,8 @@ double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool e
   if (k.dp_size > 1) bytes += 2.0 * nccl_channels(c, k.dp_crosses_nodes) * kNcclBytesPerPeerChannel;
   // Pipeline send/recv: two neighbours, NCCL's default of 2 channels per p2p peer.
   if (k.pp_size > 1) bytes += 2.0 * 2.0 * kNcclBytesPerPeerChannel;
+  // The CP ring's K/V send/recv: two neighbours, as the pipeline's.
+  if (k.cp_size > 1) bytes += 2.0 * 2.0 * kNcclBytesPerPeerChannel;
   if (expert_groups) {
     // The expert grid (etp fastest, then ep, then expert data parallel): rings over the ETP and
     // EDP groups; the dispatcher's all-to-all sends to every other EP rank, 2 channels per peer

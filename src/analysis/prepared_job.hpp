@@ -90,7 +90,8 @@ class PreparedJob {
   // `sequence_parallel` is the plan's, already reduced to tp > 1.
   Result<const Lowering*> lowering(bool sequence_parallel, plan::Recompute recompute) const;
   // The lowering plan `p` runs: its sequence parallelism (tp > 1), recompute mode and, for a
-  // mixture of experts, which dispatcher collectives its ep and etp need.
+  // mixture of experts, which dispatcher collectives its ep and etp need, and whether cp > 1 splits
+  // the sequence.
   Result<const Lowering*> lowering(const plan::Plan& p) const;
 
  private:
@@ -102,7 +103,8 @@ class PreparedJob {
   };
   struct Cache;
   Result<const Lowering*> lowering_with(bool sequence_parallel, plan::Recompute recompute, bool expert_parallel,
-                                        bool expert_tensor_parallel, bool one_local_expert) const;
+                                        bool expert_tensor_parallel, bool one_local_expert,
+                                        bool context_parallel) const;
   PreparedJob(std::shared_ptr<const Inputs> inputs, std::shared_ptr<Cache> cache, TimeConstants constants,
               Calibration calibration)
       : inputs_(std::move(inputs)), cache_(std::move(cache)), constants_(std::move(constants)),

@@ -36,12 +36,33 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       const auto kind = cm.kind == graph::CommKind::kAllReduce       ? Collective::kAllReduce
                         : cm.kind == graph::CommKind::kAllGather     ? Collective::kAllGather
                         : cm.kind == graph::CommKind::kReduceScatter ? Collective::kReduceScatter
+                        : cm.kind == graph::CommKind::kRingExchange  ? Collective::kRingExchange
                                                                      : Collective::kAllToAll;
       const hardware::Group& g = cm.group == graph::CommGroup::kExpert     ? place.ep
                                  : cm.group == graph::CommGroup::kExpertTp ? place.etp
+                                 : cm.group == graph::CommGroup::kContext  ? place.cp
                                                                            : place.tp;
       return hardware::collective_time(c, kind, g, sym::evaluate_or_zero(cm.bytes, at), k.comm);
     };
+    if (op.fwd_ring.kind != graph::CommKind::kNone) {
+      // Context parallelism's K/V ring runs under the op's own cp steps: each of the first cp − 1
+      // steps' kernels hides the next block's exchange; what a step's exchange takes beyond its
+      // kernel, and the interference while both run, is exposed. Each step is one more kernel
+      // and one more send/recv for the host to issue.
+      const double cp = std::max(1.0, at.at("cp"));
+      auto under = [&](double kernel, const graph::TpComm& ring) {
+        const double g = kernel * (cp - 1) / cp, x = comm(ring);
+        return std::max(g, x) + k.overlap_interference * std::min(g, x) - g;
+      };
+      const double f = under(t.fwd, op.fwd_ring), b = under(t.bwd, op.bwd_ring);
+      r.fwd_exposed += f;
+      r.bwd_exposed += b;
+      r.fwd_cp += f;
+      r.bwd_cp += b;
+      if (op.selective_recompute) r.core_fwd += f;
+      r.kernels_fwd += 2 * (cp - 1);
+      r.kernels_bwd += 2 * (cp - 1);
+    }
     if (op.exposed_comm) {
       r.fwd_exposed += comm(op.fwd_comm);
       r.bwd_exposed += comm(op.bwd_comm);
@@ -143,7 +164,7 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   sym::Bindings at = lm.dims;
   at["b"] = static_cast<double>(p.micro_batch_size);
   bind_parallel_degrees(at, p);
-  r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp, p.ep, p.etp);
+  r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp, p.ep, p.etp, p.cp);
   const profile::OpTable* table = r.k_.profile.get();
   const StageMemoryModel& mem = lowering->memory;
   r.blk_ = layer_times(lm.block, mem.block, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
@@ -152,8 +173,10 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   r.head_ = layer_times(lm.head, mem.head, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
   r.tied_params_ = sym::evaluate_or_zero(lm.tied_head_params, at);
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
-  // Megatron's scatter/gather of the boundary tensor across the TP ranks).
-  const double boundary = at["s"] * at["b"] * at["h"] * spec::dtype_bytes(t.precision) / static_cast<double>(p.tp);
+  // Megatron's scatter/gather of the boundary tensor across the TP ranks), and cp ways along the
+  // sequence.
+  const double boundary = at["s"] * at["b"] * at["h"] * spec::dtype_bytes(t.precision) /
+                          static_cast<double>(p.tp * p.cp);
   r.p2p_s_ = hardware::p2p_time(c, r.place_.pp_crosses_nodes, boundary, r.k_.comm);
   // Without sequence parallelism the receiver all-gathers the t slices over the TP group before
   // using them (Megatron's scatter/gather optimisation, Narayanan et al. SC21 §4.1).
@@ -163,7 +186,7 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   // Model FLOPs: 3 × the forward matmul FLOPs of the whole model (no recompute), one sequence at t = 1.
   sym::Bindings one = lm.dims;
   one["b"] = 1;
-  one["t"] = one["ep"] = one["etp"] = 1;
+  one["t"] = one["cp"] = one["ep"] = one["etp"] = 1;
   auto matmul_flops = [&](const graph::Layer& L) {
     double f = 0;
     for (const auto& op : L.ops)
@@ -182,7 +205,7 @@ Result<LayerTimes> block_op_times(const PreparedJob& job, const plan::Plan& p, s
   sym::Bindings at = lm.dims;
   at["b"] = static_cast<double>(p.micro_batch_size);
   bind_parallel_degrees(at, p);
-  const auto place = hardware::place_groups(job.cluster(), p.tp, p.dp, p.pp, p.ep, p.etp);
+  const auto place = hardware::place_groups(job.cluster(), p.tp, p.dp, p.pp, p.ep, p.etp, p.cp);
   const TimeConstants& k = job.constants();
   profile::SourceCounts sources;
   return layer_times(lm.block, lowering->memory.block, at, job.cluster(), job.training().precision, place,

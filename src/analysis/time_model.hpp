@@ -76,6 +76,9 @@ struct LayerTimes {
   // its gather and scatter over the expert tensor-parallel group): on the critical path whatever
   // the plan overlaps.
   double fwd_exposed = 0, bwd_exposed = 0;
+  // Of the exposed time, what context parallelism's K/V ring adds beyond the attention kernels it
+  // runs under (part of fwd_exposed and bwd_exposed).
+  double fwd_cp = 0, bwd_cp = 0;
   double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
   double params = 0;                // parameters held by one GPU
   double expert_params = 0;         // the expert weights among them (sharded over the expert grid)

@@ -38,7 +38,7 @@ std::string plan_summary(const plan::Plan& p) {
     ckpt += (ckpt.empty() ? "" : ",") + std::to_string(s.ckpt_layers) + "/" + std::to_string(s.num_layers);
     if (s.offload.weights + s.offload.gradients + s.offload.optimizer_states + s.offload.activations > 0) off = " offload";
   }
-  return fmt::format("dp {} tp {} pp {}{} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, expert_degrees_text(p),
+  return fmt::format("dp {} tp {} pp {}{} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, extra_degrees_text(p),
                      p.micro_batch_size,
                      p.grad_accum_steps, p.recompute == plan::Recompute::kSelective ? " sel" : "", zero, ckpt, off);
 }

@@ -24,8 +24,9 @@ std::string parameter_summary(const spec::ModelSpec& m) {
                      m.num_active_parameters() / 1e9, m.num_experts, m.experts_per_token);
 }
 
-std::string expert_degrees_text(const plan::Plan& p) {
-  return p.ep > 1 || p.etp > 1 ? fmt::format(" ep {} etp {}", p.ep, p.etp) : "";
+std::string extra_degrees_text(const plan::Plan& p) {
+  return (p.cp > 1 ? fmt::format(" cp {}", p.cp) : std::string()) +
+         (p.ep > 1 || p.etp > 1 ? fmt::format(" ep {} etp {}", p.ep, p.etp) : std::string());
 }
 
 namespace {
@@ -44,7 +45,7 @@ std::string header(const Job& job) {
       job.model.name, job.model.num_layers, job.model.hidden_size, parameter_summary(job.model),
       job.cluster.nodes, job.cluster.gpus_per_node, job.cluster.gpu.name, p.dp, p.tp,
       p.sequence_parallel ? "+sp" : "", p.pp,
-      p.virtual_pipeline_stages > 1 ? fmt::format(" (v {})", p.virtual_pipeline_stages) : "", expert_degrees_text(p),
+      p.virtual_pipeline_stages > 1 ? fmt::format(" (v {})", p.virtual_pipeline_stages) : "", extra_degrees_text(p),
       p.micro_batch_size, p.grad_accum_steps, job.training.global_batch_size, job.training.seq_length,
       spec::to_string(job.training.precision));
 }

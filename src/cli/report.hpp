@@ -15,8 +15,9 @@ std::string format_bytes(double bytes);  // "12.34 GiB", "512.0 MiB"
 std::string format_seconds(double s);    // "1.234 s", "12.3 ms", "45 µs"
 // "6.74B params", or for a mixture of experts "46.70B params, 12.88B active: 8 experts, top 2".
 std::string parameter_summary(const spec::ModelSpec& m);
-// " ep 8 etp 1" when the plan splits experts (either degree above 1), else "".
-std::string expert_degrees_text(const plan::Plan& p);
+// " cp 4" when the plan splits sequences, then " ep 8 etp 1" when it splits experts (either degree
+// above 1); "" for neither.
+std::string extra_degrees_text(const plan::Plan& p);
 
 Json prediction_json(const Job& job, const Prediction& p);
 // The calibration a prediction used: JSON {"kind", "engine", "note", and for a stack fit "stack",

@@ -26,7 +26,7 @@ struct TuneArgs {
   JobArgs job;
   CalibrationArgs calibration;  // its engine is the --engine below
   std::string space = "mist", out_file, engine, solver = "dp", compare_to, compare_megatron_flags, virtual_stages;
-  bool exhaustive = false, json = false, no_rerank = false;
+  bool exhaustive = false, json = false, no_rerank = false, no_offload = false;
   int top = 5;
   double milp_time_limit = 10;
 };
@@ -52,7 +52,7 @@ std::string layout(const plan::Plan& p) {
   }
   const std::string v = p.virtual_pipeline_stages > 1 ? fmt::format(" v {}", p.virtual_pipeline_stages) : "";
   return fmt::format("dp {} tp {} pp {}{}{} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, v,
-                     expert_degrees_text(p), p.micro_batch_size,
+                     extra_degrees_text(p), p.micro_batch_size,
                      p.grad_accum_steps, p.recompute == plan::Recompute::kSelective ? " sel" : "", zero, ckpt,
                      offload.empty() ? "" : " offload" + offload);
 }
@@ -99,6 +99,7 @@ Result<tuner::TuneOptions> tune_options(const TuneArgs& a) {
   if (!a.virtual_stages.empty()) {
     MIST_TRY(o.space.virtual_stages, parse_virtual_stages(a.virtual_stages));
   }
+  if (a.no_offload) o.space.weight_offload = o.space.grad_offload = o.space.opt_offload = o.space.act_offload = {0};
   if (a.solver == "milp")
     o.solver = tuner::InterStageSolver::kMilp;
   else if (a.solver != "dp")
@@ -272,6 +273,8 @@ std::vector<Command> add_tune_command(CLI::App& app) {
                 "prints the speedup of mist's plan over it");
   t->add_option("--compare-megatron-flags", a->compare_megatron_flags,
                 "Megatron-DeepSpeed flags (TP/PP) that go with a DeepSpeed JSON in --compare-to");
+  t->add_flag("--no-offload", a->no_offload,
+              "keep every state on the GPU: no weights, gradients, optimizer states or activations in host memory");
   t->add_flag("--no-rerank", a->no_rerank, "order the top plans by the closed form only, not by the event simulation");
   t->add_flag("--exhaustive", a->exhaustive, "enumerate every plan without decomposition (small jobs; the oracle)");
   t->add_option("--top", a->top, "plans to list")->check(CLI::Range(1, 100))->capture_default_str();

@@ -129,8 +129,29 @@ void set_split(Walk& w, const std::vector<int64_t>& layers, std::string why) {
   w.note("plan.stages", std::move(why), fmt::format("layers per stage {} -> {}", before, fmt::join(layers, ", ")));
 }
 
-bool grads_reduced(const Plan& p) { return p.dp > 1; }
-bool params_gathered(const Plan& p) { return p.dp > 1 && p.stages[0].zero >= 1; }
+bool grads_reduced(const Plan& p) { return plan::grad_dp(p) > 1; }
+bool params_gathered(const Plan& p) { return plan::grad_dp(p) > 1 && p.stages[0].zero >= 1; }
+
+// Context parallelism folded into data parallelism (an engine without CP): the cp ranks of each
+// sequence become data-parallel ranks, so each holds cp times fewer micro-batches, or smaller ones.
+void fold_cp_into_dp(Walk& w, std::string why) {
+  const int64_t cp = w.p.cp;
+  if (cp == 1) return;
+  const int64_t per_rank = w.p.micro_batch_size * w.p.grad_accum_steps;  // sequences per dp rank
+  if (per_rank % cp != 0) return;  // no whole split: the reason stays
+  const int64_t want = per_rank / cp;
+  int64_t b = std::min(w.p.micro_batch_size, want);
+  while (want % b != 0) --b;
+  const std::string before = fmt::format("cp {} dp {} micro_batch_size {} grad_accum_steps {}", cp, w.p.dp,
+                                         w.p.micro_batch_size, w.p.grad_accum_steps);
+  w.p.dp *= cp;
+  w.p.cp = 1;
+  w.p.micro_batch_size = b;
+  w.p.grad_accum_steps = want / b;
+  w.note("plan.cp", std::move(why),
+         fmt::format("{} -> cp 1 dp {} micro_batch_size {} grad_accum_steps {}", before, w.p.dp,
+                     w.p.micro_batch_size, w.p.grad_accum_steps));
+}
 
 void set_flag(Walk& w, bool Plan::*field, bool value, std::string path, std::string why) {
   if (w.p.*field == value) return;
@@ -187,6 +208,8 @@ void megatron_rules(Walk& w, const spec::TrainingSpec* t) {
 }
 
 void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
+  fold_cp_into_dp(w, "Megatron-DeepSpeed splits sequences with DeepSpeed-Ulysses (all-to-all over heads), not "
+                     "the K/V ring mist models");
   one_zero_level(w, Engine::kDeepSpeed);
   if (w.p.pp > 1 && w.p.stages[0].zero > 1)
     set_zero(w, 1, "DeepSpeed's pipeline engine runs ZeRO 0 or 1 only");
@@ -249,6 +272,9 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
 
 void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
   one_zero_level(w, Engine::kTorchtitan);
+  if (w.p.cp > 1 && w.p.stages[0].zero == 0)
+    set_zero(w, 2, "torchtitan applies FSDP whenever context parallelism is on, sharding over dp_shard·cp "
+                   "(parallel_dims.fsdp_enabled)");
   if (w.p.stages[0].zero == 1)
     set_zero(w, 2, "torchtitan's FSDP2 has no optimizer-only sharding; without resharding after forward it "
                    "shards gradients and optimizer states like ZeRO-2");
@@ -321,8 +347,8 @@ Walk walk(const Plan& p, Engine e, const spec::TrainingSpec* t) {
 
 Plan canonical(const Plan& p) {
   Plan c = p;
-  if (c.dp == 1) c.overlap_grad_reduce = true;
-  if (c.dp == 1 || std::all_of(c.stages.begin(), c.stages.end(), [](const auto& s) { return s.zero == 0; }))
+  if (plan::grad_dp(c) == 1) c.overlap_grad_reduce = true;
+  if (plan::grad_dp(c) == 1 || std::all_of(c.stages.begin(), c.stages.end(), [](const auto& s) { return s.zero == 0; }))
     c.overlap_param_gather = true;
   if (c.tp == 1) c.overlap_tp_comm = false;
   if (c.tp == 1) c.async_tp_backward = true;

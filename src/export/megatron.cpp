@@ -17,10 +17,11 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 59> kFlags{{
+constexpr std::array<FlagSpec, 60> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
+    {"--cp-comm-type", true},
     {"--expert-model-parallel-size", true},
     {"--sequence-parallel", false},
     {"--num-layers-per-virtual-pipeline-stage", true},
@@ -180,6 +181,12 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   add(o, "--tensor-model-parallel-size", p.tp);
   add(o, "--pipeline-model-parallel-size", p.pp);
   if (p.sequence_parallel) add(o, "--sequence-parallel");
+  if (p.cp > 1) {
+    // The ring mist models: Transformer Engine's p2p K/V exchange (Megatron's default,
+    // arguments.py:3221; the all_gather exchange cannot overlap, TransformerConfig.cp_comm_type).
+    add(o, "--context-parallel-size", p.cp);
+    add(o, "--cp-comm-type", std::string("p2p"));
+  }
   // Always both: Megatron's default expert tensor parallelism is tp, mist's plan field defaults to 1.
   if (m.is_moe()) {
     add(o, "--expert-model-parallel-size", p.ep);
@@ -279,7 +286,9 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   MIST_TRY(auto cp, f.integer("--context-parallel-size", 1, 1024));
   MIST_TRY(auto ep, f.integer("--expert-model-parallel-size", 1, 1 << 20));
   MIST_TRY(auto etp, f.integer("--expert-tensor-parallel-size", 1, 1024));
-  if (cp.value_or(1) > 1) return fail("--context-parallel-size", "mist's plans have no context parallelism");
+  if (auto comm = f.string("--cp-comm-type"); comm && *comm != "p2p")
+    return fail("--cp-comm-type", fmt::format("is \"{}\": mist models the p2p ring only (Megatron's default), not "
+                                              "the all_gather, a2a or a2a+p2p exchanges", *comm));
   if (!m.is_moe() && ep.value_or(1) > 1)
     return fail("--expert-model-parallel-size", fmt::format("is {} but model {} has no experts", *ep, m.name));
   p.tp = tp.value_or(1);
@@ -289,9 +298,14 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
     p.ep = ep.value_or(1);
     p.etp = etp.value_or(p.tp);  // Megatron's default: the experts split as the attention
   }
-  MIST_TRY(p.dp, detail::data_parallel(p.tp, p.pp, c, "--tensor-model-parallel-size",
-                                               "--pipeline-model-parallel-size"));
-  if (auto ok = plan::check_experts(m, p.tp, p.dp, p.ep, p.etp); !ok)
+  MIST_TRY(const int64_t dp_cp, detail::data_parallel(p.tp, p.pp, c, "--tensor-model-parallel-size",
+                                                      "--pipeline-model-parallel-size"));
+  p.cp = cp.value_or(1);
+  if (dp_cp % p.cp != 0)
+    return fail("--context-parallel-size", fmt::format("{} does not divide the {} GPUs left by tensor and pipeline "
+                                                       "parallelism", p.cp, dp_cp));
+  p.dp = dp_cp / p.cp;
+  if (auto ok = plan::check_experts(m, p.tp * p.cp, p.dp, p.ep, p.etp); !ok)
     return fail(ok.error().path == "plan.etp" ? "--expert-tensor-parallel-size" : "--expert-model-parallel-size",
                 ok.error().message);
   p.sequence_parallel = f.has("--sequence-parallel");

@@ -17,7 +17,7 @@ using detail::add;
 // torchtitan @ b5bcd76c: torchtitan/config/configs.py (ParallelismConfig, TrainingConfig), all in
 // the frozen list of tests/unit_tests/test_no_new_cli_options.py; "no_" negates a switch
 // (docs/debugging.md).
-constexpr std::array<FlagSpec, 27> kFlags{{
+constexpr std::array<FlagSpec, 28> kFlags{{
     {"--module", true},  // read before tyro by config/manager.py ConfigManager
     {"--config", true},
     {"--parallelism.data_parallel_replicate_degree", true},
@@ -33,6 +33,7 @@ constexpr std::array<FlagSpec, 27> kFlags{{
     {"--parallelism.pipeline_parallel_last_stage_less_layers", true},
     {"--parallelism.num_pp_microbatches", true},
     {"--parallelism.context_parallel_degree", true},
+    {"--parallelism.context_parallel_load_balancer", true},
     {"--parallelism.expert_parallel_degree", true},
     {"--parallelism.module_fqns_per_model_part", true},
     {"--training.num_tokens_per_microbatch_per_dp_rank", true},
@@ -82,6 +83,9 @@ std::vector<Option> torchtitan_options(const spec::ModelSpec& m, const spec::Tra
   add(o, "--parallelism.tensor_parallel_degree", p.tp);
   add(o, p.sequence_parallel ? "--parallelism.enable_sequence_parallel" : "--parallelism.no_enable_sequence_parallel");
   add(o, "--parallelism.pipeline_parallel_degree", p.pp);
+  // CP's head-tail load balancer (the default) is the 2·cp chunk pairing mist models; FSDP then
+  // shards over dp_shard·cp.
+  if (p.cp > 1) add(o, "--parallelism.context_parallel_degree", p.cp);
   if (p.pp > 1) {
     const int64_t v = p.virtual_pipeline_stages;
     const auto split = torchtitan_split(detail::stage_layers(p), v).value_or(TorchtitanSplit{});
@@ -147,7 +151,12 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
                                           m.name, m.num_layers, m.hidden_size));
   }
   MIST_TRY(auto cp, f.integer("--parallelism.context_parallel_degree", 1, 1024));
-  if (cp.value_or(1) > 1) return fail("--parallelism.context_parallel_degree", "mist's plans have no context parallelism");
+  p.cp = cp.value_or(1);
+  if (p.cp > 1) {
+    if (auto lb = f.string("--parallelism.context_parallel_load_balancer"); lb && *lb != "headtail")
+      return fail("--parallelism.context_parallel_load_balancer",
+                  fmt::format("is \"{}\": mist models the head-tail chunk pairing only (the default)", *lb));
+  }
   if (f.has("--parallelism.module_fqns_per_model_part"))
     return fail("--parallelism.module_fqns_per_model_part", "mist reads torchtitan's generated split only");
   MIST_TRY(auto tp, f.integer("--parallelism.tensor_parallel_degree", 1, 1024));
@@ -161,21 +170,28 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   if (s == 0) return fail("--parallelism.data_parallel_shard_degree", "must be -1 (the rest) or at least 1");
   MIST_TRY(int64_t rest, detail::data_parallel(p.tp * r, p.pp, c, "--parallelism.data_parallel_replicate_degree",
                                                       "--parallelism.pipeline_parallel_degree"));
+  if (rest % p.cp != 0)
+    return fail("--parallelism.context_parallel_degree",
+                fmt::format("{} does not divide the {} GPUs left by replicate × tp × pp", p.cp, rest));
+  rest /= p.cp;
   if (s == -1) s = rest;
   if (s != rest)
     return fail("--parallelism.data_parallel_shard_degree",
-                fmt::format("replicate × shard × tp × pp = {} but the cluster has {} GPUs", r * s * p.tp * p.pp,
-                            c.num_gpus()));
-  if (r > 1 && s > 1)
-    return fail("--parallelism.data_parallel_replicate_degree", "HSDP (replicate and shard both above 1) shards "
-                                                                "over part of dp only; mist's ZeRO shards over all of dp");
+                fmt::format("replicate × shard × tp × pp × cp = {} but the cluster has {} GPUs",
+                            r * s * p.tp * p.pp * p.cp, c.num_gpus()));
+  // FSDP shards over dp_shard·cp, and is on whenever that is above 1 (parallel_dims.fsdp_enabled).
+  const int64_t shard_group = s * p.cp;
+  if (r > 1 && shard_group > 1)
+    return fail("--parallelism.data_parallel_replicate_degree",
+                "HSDP (replicate above 1 with sharding over dp_shard·cp) shards over part of the data-parallel "
+                "ranks only; mist's ZeRO shards over all of dp·cp");
   p.dp = r * s;
   p.sequence_parallel = !f.has("--parallelism.no_enable_sequence_parallel");
 
   MIST_TRY(auto policy, f.choice("--parallelism.fsdp_reshard_after_forward", {"default", "always", "never"}));
   const std::string reshard = policy.value_or("default");
   int zero = 0;
-  if (s > 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : (p.pp > 1 ? 2 : 3);  // fsdp.py
+  if (shard_group > 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : (p.pp > 1 ? 2 : 3);  // fsdp.py
   else if (r == 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : 0;
 
   // Batch by tokens.

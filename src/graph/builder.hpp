@@ -55,7 +55,9 @@ inline const Symbols& S() { return symbols(); }
 inline Expr w(const LoweringOptions& o) { return Expr(o.act_bytes); }
 // Sequence-parallel regions (norms, dropout, residual) are split t ways along the sequence.
 inline Expr region(const LoweringOptions& o) { return o.sequence_parallel ? S().t : Expr(1.0); }
-inline Expr sb() { return S().s * S().b; }
+// Tokens of one micro-batch on this rank before tensor parallelism: s·b, or s·b/cp under context
+// parallelism (each rank holds 2 of the sequence's 2·cp chunks).
+inline Expr sb(const LoweringOptions& o) { return o.context_parallel ? S().s * S().b / S().cp : S().s * S().b; }
 
 // The ops below append to B and return the id of their output tensor (lower.cpp has their notes).
 int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const spec::ModelSpec& m);

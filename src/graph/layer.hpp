@@ -4,6 +4,7 @@
 //   b micro-batch size   s sequence length   h hidden size   a query heads   g key/value heads
 //   f FFN hidden size    V vocabulary size   t tensor-parallel degree
 //   ep expert-parallel degree   etp expert tensor-parallel degree (mixtures of experts)
+//   cp context-parallel degree (present only in a lowering with context parallelism)
 // Sizes are in bytes for one micro-batch on one GPU, after tensor (and sequence) parallel
 // sharding. FLOPs count multiply-adds as 2.
 #pragma once
@@ -22,16 +23,18 @@ using sym::Expr;
 struct Symbols {
   Expr b = Expr::symbol("b"), s = Expr::symbol("s"), h = Expr::symbol("h"),
        a = Expr::symbol("a"), g = Expr::symbol("g"), f = Expr::symbol("f"),
-       V = Expr::symbol("V"), t = Expr::symbol("t"), ep = Expr::symbol("ep"), etp = Expr::symbol("etp");
+       V = Expr::symbol("V"), t = Expr::symbol("t"), ep = Expr::symbol("ep"), etp = Expr::symbol("etp"),
+       cp = Expr::symbol("cp");
 };
 const Symbols& symbols();
 
-enum class CommKind { kNone, kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+// kRingExchange: context parallelism's K/V ring (cp − 1 send/recv steps; bytes: one step's block).
+enum class CommKind { kNone, kAllReduce, kAllGather, kReduceScatter, kAllToAll, kRingExchange };
 const char* to_string(CommKind k);
 
-// The group a collective runs over: the tensor-parallel group, or the expert grid's (Megatron's
-// parallel folding) expert tensor-parallel or expert-parallel group.
-enum class CommGroup { kTp, kExpertTp, kExpert };
+// The group a collective runs over: the tensor-parallel group, the context-parallel group, or the
+// expert grid's (Megatron's parallel folding) expert tensor-parallel or expert-parallel group.
+enum class CommGroup { kTp, kContext, kExpertTp, kExpert };
 
 // A collective on an op's activation (Megatron's f/g operators; the MoE dispatcher's).
 struct TpComm {
@@ -62,6 +65,7 @@ struct Op {
   std::vector<int> inputs, outputs, saved;  // tensor ids in Layer::tensors
   std::vector<int> temporaries;             // allocated and freed inside the op (forward and backward)
   std::vector<int> bwd_temporaries;         // allocated and freed inside the op's backward only
+  std::vector<int> fwd_temporaries;         // allocated and freed inside the op's forward only
   Expr params;                              // parameters this op holds on one GPU
   bool expert = false;                      // params are expert weights (sharded and reduced over the expert grid)
   Expr fwd_flops, bwd_flops;                // backward = input grads + weight grads
@@ -73,6 +77,10 @@ struct Op {
   TpComm fwd_comm, bwd_comm;                // collective after the op (fwd) / before its grad (bwd)
   TpComm bwd_regather;                      // a saved input shard gathered again for the weight gradient
   bool exposed_comm = false;                // a collective alone (the MoE dispatcher's), overlapped with nothing
+  // Context parallelism's K/V ring, run under this op's own kernels (Transformer Engine sends the
+  // next step's block while it computes the current one): fwd_ring in forward, bwd_ring (K/V and
+  // their gradients) in backward.
+  TpComm fwd_ring, bwd_ring;
   bool is_gemm = false;                     // linear or bmm: `gemm` holds its forward shape
   GemmShape gemm;
   bool causal_attention = false;            // flash attention over a causal mask (half the blocks)
@@ -142,6 +150,10 @@ struct LoweringOptions {
   bool expert_parallel = false;
   bool expert_tensor_parallel = false;
   bool one_local_expert = false;
+  // Context parallelism (Megatron-Core's p2p ring, torchtitan's ring attention): every token-wise op
+  // sees s/cp tokens (symbol cp), the attention's local queries attend to all s keys, whose blocks
+  // travel around the CP ring.
+  bool context_parallel = false;
 };
 
 struct LoweredModel {

@@ -157,8 +157,9 @@ struct Walk {
         }
       std::set<int> with_temps = live;
       if (runs)
-        for (int t : op.temporaries)
-          if (with_temps.insert(t).second && rec) rec->transient(bytes(t));
+        for (const auto* temps : {&op.temporaries, &op.fwd_temporaries})
+          for (int t : *temps)
+            if (with_temps.insert(t).second && rec) rec->transient(bytes(t));
       if (rec)
         rec->end_step();
       else  // a trace needs no live-byte sums

@@ -17,10 +17,10 @@ using spec::ModelSpec;
 // LayerNorm, rstd for RMSNorm).
 int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const ModelSpec&) {
   const auto& o = B.o_;
-  Expr n = sb() * S().h / region(o);
+  Expr n = sb(o) * S().h / region(o);
   int y = B.tensor(name + ".out", n * w(o));
   bool ln = kind == spec::Norm::kLayerNorm;
-  int stats = B.tensor(name + ".stats", sb() / region(o) * (ln ? 8 : 4), false);
+  int stats = B.tensor(name + ".stats", sb(o) / region(o) * (ln ? 8 : 4), false);
   Op& op = B.op(name, ln ? OpKind::kLayerNorm : OpKind::kRmsNorm, {x}, {y, stats}, {x, stats});
   op.params = ln ? 2 * S().h : S().h;
   op.fwd_flops = (ln ? 8 : 5) * n;
@@ -51,9 +51,9 @@ int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const
 int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_features, Expr out,
                   Expr bias, bool owns_weight, bool shares_input) {
   const auto& o = B.o_;
-  int y = B.tensor(name + ".out", sb() * out * w(o));
+  int y = B.tensor(name + ".out", sb(o) * out * w(o));
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
-  Expr full_in = sb() * in_features * w(o);
+  Expr full_in = sb(o) * in_features * w(o);
   if (shares_input) {
     // No collective of its own.
   } else if (o.sequence_parallel) {
@@ -66,8 +66,8 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
   }
   op.params = (owns_weight ? in_features * out : Expr(0.0)) + bias;
   op.is_gemm = true;
-  op.gemm = {Expr(1.0), sb(), out, in_features};
-  op.fwd_flops = 2 * sb() * in_features * out;
+  op.gemm = {Expr(1.0), sb(o), out, in_features};
+  op.fwd_flops = 2 * sb(o) * in_features * out;
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = full_in + (in_features * out + bias) * w(o);
   op.bytes_written = B.bytes(y);
@@ -78,7 +78,7 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
 // all-reduced (or reduce-scattered under sequence parallelism).
 int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bias) {
   const auto& o = B.o_;
-  Expr full_out = sb() * S().h * w(o);
+  Expr full_out = sb(o) * S().h * w(o);
   int y = B.tensor(name + ".out", full_out / region(o));
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
   if (o.sequence_parallel) {
@@ -91,10 +91,10 @@ int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bi
   // The bias of a row-parallel layer is replicated, added after the reduction.
   op.params = in * S().h + (bias ? S().h : Expr(0.0));
   op.is_gemm = true;
-  op.gemm = {Expr(1.0), sb(), S().h, in};
-  op.fwd_flops = 2 * sb() * in * S().h;
+  op.gemm = {Expr(1.0), sb(o), S().h, in};
+  op.fwd_flops = 2 * sb(o) * in * S().h;
   op.bwd_flops = 2 * op.fwd_flops;
-  op.bytes_read = sb() * in * w(o) + op.params * w(o);
+  op.bytes_read = sb(o) * in * w(o) + op.params * w(o);
   op.bytes_written = full_out;
   return y;
 }
@@ -115,7 +115,7 @@ int dropout(LayerBuilder& B, const std::string& name, int x, Expr elements) {
 
 int residual_add(LayerBuilder& B, const std::string& name, int x, int y) {
   const auto& o = B.o_;
-  Expr n = sb() * S().h / region(o);
+  Expr n = sb(o) * S().h / region(o);
   int z = B.tensor(name + ".out", n * w(o));
   Op& op = B.op(name, OpKind::kAdd, {x, y}, {z}, {});
   op.fwd_flops = n;
@@ -123,6 +123,43 @@ int residual_add(LayerBuilder& B, const std::string& name, int x, int y) {
   op.bytes_read = 2 * n * w(o);
   op.bytes_written = n * w(o);
   return z;
+}
+
+// Flash attention under context parallelism, as Transformer Engine's AttnFuncWithCPAndKVP2P
+// (Megatron-Core's --cp-comm-type p2p) runs it: the rank's s/cp queries (chunks r and 2·cp−1−r of
+// the sequence) attend to all s keys in cp steps; at each step it sends the K/V block it holds to
+// the next CP rank while computing with it, so the ring (cp − 1 exchanges of the local k and v)
+// runs under the kernels. The chunk pairing gives every rank 1/cp of the causal work. Saves what
+// flash attention saves, for the local tokens. Forward keeps each step's received block and each
+// step's partial output and log-sum-exp until the final correction (TE's p2p_comm_buffers,
+// out_per_step, softmax_lse_per_step; bounded here by the last rank, whose every step sees all
+// its queries); backward sends K/V and their gradients together, double-buffered, and each step's
+// kernel writes a partial dq and dkv.
+int ring_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw) {
+  const auto& o = B.o_;
+  const auto& s = S();
+  const Expr heads = s.a / s.t;
+  const Expr ctx_bytes = sb(o) * qw / s.t * w(o);
+  const Expr lse_bytes = sb(o) * heads * 4;
+  const Expr kv_block = B.bytes(k) + B.bytes(v);
+  int ctx = B.tensor("attn.core.out", ctx_bytes);
+  int lse = B.tensor("attn.core.lse", lse_bytes, false);
+  int blocks = B.tensor("attn.core.cp_kv_blocks", s.cp * kv_block, false);
+  int partial = B.tensor("attn.core.cp_step_outputs", s.cp * (ctx_bytes + lse_bytes), false);
+  int ring = B.tensor("attn.core.cp_kv_dkv_buffers", 4 * kv_block, false);
+  int step_grads = B.tensor("attn.core.cp_step_grads", B.bytes(q) + kv_block, false);
+  Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
+  op.attention_core = true;
+  op.causal_attention = true;
+  op.fwd_temporaries = {blocks, partial};
+  op.bwd_temporaries = {ring, step_grads};
+  op.fwd_flops = 4 * sb(o) * s.s * qw / s.t;
+  op.bwd_flops = 10 * sb(o) * s.s * qw / s.t;
+  op.bytes_read = ctx_bytes + s.cp * kv_block;  // every step reads a K/V block
+  op.bytes_written = ctx_bytes;
+  op.fwd_ring = {CommKind::kRingExchange, kv_block, CommGroup::kContext};
+  op.bwd_ring = {CommKind::kRingExchange, 2 * kv_block, CommGroup::kContext};
+  return ctx;
 }
 
 // Self-attention core. Without flash attention: scores = q·kᵀ (saves q, k), softmax (saves its
@@ -134,7 +171,8 @@ int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const E
   const auto& o = B.o_;
   const auto& s = S();
   Expr heads = s.a / s.t;
-  Expr ctx_bytes = sb() * qw / s.t * w(o);
+  Expr ctx_bytes = sb(o) * qw / s.t * w(o);
+  if (o.flash_attention && o.context_parallel) return ring_attention_core(B, q, k, v, qw);
   if (o.flash_attention) {
     int ctx = B.tensor("attn.core.out", ctx_bytes);
     int lse = B.tensor("attn.core.lse", s.b * heads * s.s * 4, false);
@@ -199,8 +237,8 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
   const Expr d = own ? Expr(static_cast<double>(m.head_dim())) : s.h / s.a;
   const Expr qw = own ? Expr(static_cast<double>(m.query_width())) : s.h;
   Expr kv_width = own ? s.g * d : s.h * s.g / s.a;  // g heads of size d
-  Expr q_bytes = sb() * qw / s.t * w(o);
-  Expr kv_bytes = sb() * kv_width / s.t * w(o);
+  Expr q_bytes = sb(o) * qw / s.t * w(o);
+  Expr kv_bytes = sb(o) * kv_width / s.t * w(o);
   Expr qkv_bias = m.qkv_bias ? (qw + 2 * kv_width) / s.t : Expr(0.0);
   int q = -1, k = -1, v = -1;
   if (o.fused_projections) {
@@ -219,12 +257,12 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     // embedding): new q and k; keeps its inputs (views of qkv: all of it stays alive) and an fp32
     // 1/rms per head and token.
     int qn = B.tensor("attn.q_norm", q_bytes), kn = B.tensor("attn.k_norm", kv_bytes);
-    int rstd = B.tensor("attn.qk_norm.rstd", sb() * (s.a + s.g) / s.t * 4, false);
+    int rstd = B.tensor("attn.qk_norm.rstd", sb(o) * (s.a + s.g) / s.t * 4, false);
     Op& n = B.op("attn.qk_norm", OpKind::kRmsNorm, {q, k}, {qn, kn, rstd}, {q, k, rstd});
     n.params = 2 * d;
     n.stream_kernels = 2;
-    n.fwd_flops = 4 * sb() * (qw + kv_width) / s.t;
-    n.bwd_flops = 8 * sb() * (qw + kv_width) / s.t;
+    n.fwd_flops = 4 * sb(o) * (qw + kv_width) / s.t;
+    n.bwd_flops = 8 * sb(o) * (qw + kv_width) / s.t;
     n.bytes_read = q_bytes + kv_bytes;
     n.bytes_written = q_bytes + kv_bytes;
     q = qn;
@@ -234,14 +272,14 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     // Out-of-place rotary (Megatron's apply_rotary_pos_emb): new q and k, saves only cos/sin.
     int qr = B.tensor("attn.q_rot", q_bytes), kr = B.tensor("attn.k_rot", kv_bytes);
     Op& r = B.op("attn.rotary", OpKind::kRotary, {q, k}, {qr, kr}, {});
-    r.fwd_flops = 3 * sb() * (qw + kv_width) / s.t;
+    r.fwd_flops = 3 * sb(o) * (qw + kv_width) / s.t;
     r.bwd_flops = r.fwd_flops;
     r.bytes_read = q_bytes + kv_bytes;
     r.bytes_written = q_bytes + kv_bytes;
     if (o.eager_elementwise) {
       // torchtitan's apply_rotary_emb, for q and for k: .float(), the complex product, .type_as.
       // The product keeps its complex (fp32) operand for backward.
-      const Expr elems = sb() * (qw + kv_width) / s.t;
+      const Expr elems = sb(o) * (qw + kv_width) / s.t;
       int fp32 = B.tensor("attn.qk_fp32", elems * 4, false);
       r.outputs.push_back(fp32);
       r.saved = {fp32};
@@ -262,7 +300,7 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     e.bytes_read = 2 * kv_bytes;
     e.bytes_written = 2 * q_bytes;
     e.fwd_flops = Expr(0.0);
-    e.bwd_flops = 2 * sb() * qw / s.t;
+    e.bwd_flops = 2 * sb(o) * qw / s.t;
     k = ke;
     v = ve;
   }
@@ -272,7 +310,7 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     int c = B.tensor("attn.core.contiguous", q_bytes);
     Op& cp = B.op("attn.contiguous", OpKind::kCopy, {ctx}, {c}, {});
     cp.fwd_flops = Expr(0.0);
-    cp.bwd_flops = sb() * qw / s.t;  // the gradient's layout copied back
+    cp.bwd_flops = sb(o) * qw / s.t;  // the gradient's layout copied back
     cp.bytes_read = q_bytes;
     cp.bytes_written = q_bytes;
     ctx = c;
@@ -285,7 +323,7 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
 int mlp(LayerBuilder& B, int x, const ModelSpec& m, const std::string& prefix, Expr width) {
   const auto& o = B.o_;
   const auto& s = S();
-  Expr act = sb() * width / s.t;
+  Expr act = sb(o) * width / s.t;
   if (m.mlp == spec::Mlp::kSwiGlu) {
     std::vector<int> in;
     if (o.fused_projections) {
@@ -327,7 +365,7 @@ int mlp(LayerBuilder& B, int x, const ModelSpec& m, const std::string& prefix, E
 
 Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
   LayerBuilder B("block", LayerKind::kBlock, o);
-  Expr region_elems = sb() * S().h / region(o);
+  Expr region_elems = sb(o) * S().h / region(o);
   int x = B.tensor("block.input", region_elems * w(o));
   if (m.parallel_block) {
     // Falcon: attention and MLP read the same normed input (or one norm each), one residual.
@@ -354,14 +392,14 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
 Layer lower_embedding(const ModelSpec& m, const LoweringOptions& o) {
   const auto& s = S();
   LayerBuilder B("embedding", LayerKind::kEmbedding, o);
-  int tokens = B.tensor("tokens", sb() * 8, false);  // int64 ids
-  Expr full = sb() * s.h * w(o);
+  int tokens = B.tensor("tokens", sb(o) * 8, false);  // int64 ids
+  Expr full = sb(o) * s.h * w(o);
   int e = B.tensor("embedding.word.out", full / region(o));
   // Vocab-parallel lookup: each rank holds V/t rows, outputs are summed across ranks.
   Op& op = B.op("embedding.word", OpKind::kEmbedding, {tokens}, {e}, {tokens});
   op.params = s.V * s.h / s.t;
   op.fwd_flops = Expr(0.0);
-  op.bwd_flops = sb() * s.h;
+  op.bwd_flops = sb(o) * s.h;
   op.bytes_read = full;
   op.bytes_written = full;
   if (o.sequence_parallel) {
@@ -375,24 +413,24 @@ Layer lower_embedding(const ModelSpec& m, const LoweringOptions& o) {
     out = B.tensor("embedding.position.out", full / region(o));
     Op& p = B.op("embedding.position", OpKind::kAdd, {e}, {out}, {});
     p.params = Expr(static_cast<double>(m.max_position_embeddings)) * s.h;
-    p.fwd_flops = sb() * s.h / region(o);
-    p.bwd_flops = sb() * s.h / region(o);
+    p.fwd_flops = sb(o) * s.h / region(o);
+    p.bwd_flops = sb(o) * s.h / region(o);
     p.bytes_read = 2 * full / region(o);
     p.bytes_written = full / region(o);
   }
-  out = dropout(B, "embedding.dropout", out, sb() * s.h / region(o));
+  out = dropout(B, "embedding.dropout", out, sb(o) * s.h / region(o));
   return B.done(tokens, out);
 }
 
 Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
   const auto& s = S();
   LayerBuilder B("head", LayerKind::kHead, o);
-  int x = B.tensor("head.input", sb() * s.h / region(o) * w(o));
+  int x = B.tensor("head.input", sb(o) * s.h / region(o) * w(o));
   int xn = norm(B, "final_norm", x, m.norm, m);
   // Column-parallel over the vocabulary. A tied weight is counted in
   // LoweredModel::tied_head_params instead of here.
   int logits = column_linear(B, "lm_head", xn, s.h, s.V / s.t, Expr(0.0), !m.tie_word_embeddings);
-  Expr n_logits = sb() * s.V / s.t;
+  Expr n_logits = sb(o) * s.V / s.t;
   int loss_in = logits;
   if (o.act_bytes != 4) {
     // Megatron computes the loss in fp32 (fp16_lm_cross_entropy off by default).
@@ -403,8 +441,8 @@ Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
     c.bytes_read = n_logits * w(o);
     c.bytes_written = n_logits * 4;
   }
-  int loss = B.tensor("loss.value", sb() * 4);
-  int targets = B.tensor("loss.targets", sb() * 9, false);
+  int loss = B.tensor("loss.value", sb(o) * 4);
+  int targets = B.tensor("loss.targets", sb(o) * 9, false);
   Op* ce_ptr = nullptr;
   if (o.fused_cross_entropy) {
     // Vocab-parallel cross entropy: exponentiates the fp32 logits in place and keeps them; its
@@ -424,7 +462,7 @@ Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
   ce.bwd_flops = 2 * n_logits;
   ce.bytes_read = 2 * n_logits * 4;
   ce.bytes_written = n_logits * 4;
-  ce.fwd_comm = {CommKind::kAllReduce, sb() * 4 * 3};  // max, sum-exp and target logit
+  ce.fwd_comm = {CommKind::kAllReduce, sb(o) * 4 * 3};  // max, sum-exp and target logit
   return B.done(x, loss);
 }
 
@@ -504,6 +542,7 @@ const char* to_string(CommKind k) {
     case CommKind::kAllGather: return "all-gather";
     case CommKind::kReduceScatter: return "reduce-scatter";
     case CommKind::kAllToAll: return "all-to-all";
+    case CommKind::kRingExchange: return "ring exchange";
   }
   return "?";
 }

@@ -56,7 +56,7 @@ int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_by
 int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr out) {
   const auto& o = B.o_;
   const auto& s = S();
-  const Expr local = sb() / region(o);
+  const Expr local = sb(o) / region(o);
   int y = B.tensor(name + ".out", local * out * w(o));
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
   op.params = s.h * out;
@@ -76,7 +76,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   const auto& s = S();
   const Expr E = constant(m.num_experts), k = constant(m.experts_per_token);
   const Expr fe = constant(m.moe_ffn_hidden_size);
-  const Expr local = sb() / region(o);  // tokens of this rank's sequence shard
+  const Expr local = sb(o) / region(o);  // tokens of this rank's sequence shard
 
   // Shared expert, computed first (MoELayer.custom_forward, without --moe-shared-expert-overlap):
   // a dense SwiGLU MLP on every token, tensor-parallel as the dense MLP is, optionally scaled by

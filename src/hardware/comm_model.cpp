@@ -43,6 +43,10 @@ double collective_time(const spec::ClusterSpec& c, Collective op, Group g, doubl
                        const CommConstants& k) {
   if (g.size <= 1 || bytes <= 0) return 0;
   if (op == Collective::kAllToAll) return all_to_all_time(c, g, bytes, k);
+  // Each step's send and receive run at once on the two directions of a link; the ring's slowest
+  // hop (a node boundary, when the group leaves the node) paces every step.
+  if (op == Collective::kRingExchange)
+    return static_cast<double>(g.size - 1) * p2p_time(c, g.crosses_nodes, bytes, k);
   const double n = static_cast<double>(g.size);
   // A ring all-reduce is a reduce-scatter then an all-gather: each moves (n-1)/n of the data.
   const double steps = op == Collective::kAllReduce ? 2.0 : 1.0;
@@ -60,7 +64,8 @@ double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConsta
   return bytes / (c.pcie_bw * k.pcie_efficiency);
 }
 
-Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep, int64_t etp) {
+Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep, int64_t etp,
+                       int64_t cp) {
   Placement p;
   const int64_t per_node = c.gpus_per_node;
   // A group of `size` ranks `stride` apart: it leaves the node when it spans more ranks than a node
@@ -70,14 +75,16 @@ Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64
                  std::clamp<int64_t>(per_node / std::max<int64_t>(1, stride), 1, size)};
   };
   p.tp = {tp, tp > per_node, std::min(tp, per_node)};
-  // DP ranks are tp apart: a node holds per_node / tp of them (one when TP fills the node).
-  p.dp = strided(dp, tp);
-  // The expert grid over the same tp·dp ranks: etp fastest, then ep, then expert data parallel.
-  const int64_t edp = std::max<int64_t>(1, tp * dp / std::max<int64_t>(1, ep * etp));
+  // CP ranks are tp apart; the dp·cp gradient group too: a node holds per_node / tp of them (one
+  // when TP fills the node).
+  p.cp = strided(cp, tp);
+  p.dp = strided(dp * cp, tp);
+  // The expert grid over the same tp·cp·dp ranks: etp fastest, then ep, then expert data parallel.
+  const int64_t edp = std::max<int64_t>(1, tp * cp * dp / std::max<int64_t>(1, ep * etp));
   p.etp = {etp, etp > per_node, std::min(etp, per_node)};
   p.ep = strided(ep, etp);
   p.edp = strided(edp, etp * ep);
-  p.pp_crosses_nodes = pp > 1 && tp * dp >= per_node && c.nodes > 1;
+  p.pp_crosses_nodes = pp > 1 && tp * cp * dp >= per_node && c.nodes > 1;
   return p;
 }
 

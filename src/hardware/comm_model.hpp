@@ -9,7 +9,9 @@
 
 namespace mist::hardware {
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+// kRingExchange: context parallelism's K/V ring, size − 1 steps in which every rank sends its block
+// to the next rank and receives one from the previous (Transformer Engine's send/recv per step).
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kRingExchange };
 
 struct CommConstants {
   // Achievable fraction of the link bandwidth for large NCCL collectives: nccl-tests all-reduce
@@ -37,7 +39,8 @@ struct Group {
 };
 
 // Seconds for a collective whose full (unsharded) tensor has `bytes` bytes; for an all-to-all,
-// `bytes` is what each rank sends (an equal share to every member, its own included).
+// `bytes` is what each rank sends (an equal share to every member, its own included); for a ring
+// exchange, what each rank sends per step.
 double collective_time(const spec::ClusterSpec& c, Collective op, Group g, double bytes,
                        const CommConstants& k = {});
 // Seconds to send `bytes` to a neighbour (pipeline p2p).
@@ -45,15 +48,17 @@ double p2p_time(const spec::ClusterSpec& c, bool crosses_nodes, double bytes, co
 // Seconds to copy `bytes` between host and device over PCIe, one direction.
 double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConstants& k = {});
 
-// Where Megatron's rank order (tp fastest, then dp, then pp) puts each group, and where its expert
-// grid (etp fastest, then ep, then the expert data-parallel group, then pp: parallel folding) puts
-// the expert groups on the same GPUs.
+// Where Megatron's rank order (tp fastest, then cp, then dp, then pp) puts each group, and where
+// its expert grid (etp fastest, then ep, then the expert data-parallel group, then pp: parallel
+// folding) puts the expert groups on the same GPUs. `dp` is the group gradients are reduced over:
+// the dp·cp ranks that hold the same weights (Megatron's data-parallel group with context
+// parallelism), tp apart.
 struct Placement {
-  Group tp, dp;
+  Group tp, cp, dp;
   Group etp, ep, edp;
   bool pp_crosses_nodes = false;  // neighbouring pipeline stages are on different nodes
 };
 Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep = 1,
-                       int64_t etp = 1);
+                       int64_t etp = 1, int64_t cp = 1);
 
 }  // namespace mist::hardware

@@ -10,6 +10,7 @@ namespace {
 
 constexpr int64_t kMaxDegree = 1 << 20;
 constexpr int64_t kMaxTp = 1024;
+constexpr int64_t kMaxCp = 1024;
 constexpr int64_t kMaxBatch = 1'000'000'000;
 constexpr int64_t kMaxStageLayers = 100000;
 
@@ -26,6 +27,7 @@ Result<void> check_ranges(const Plan& p) {
   MIST_CHECK(in("plan.pp", p.pp, int64_t{1}, kMaxPp));
   MIST_CHECK(in("plan.ep", p.ep, int64_t{1}, kMaxDegree));
   MIST_CHECK(in("plan.etp", p.etp, int64_t{1}, kMaxTp));
+  MIST_CHECK(in("plan.cp", p.cp, int64_t{1}, kMaxCp));
   MIST_CHECK(in("plan.micro_batch_size", p.micro_batch_size, int64_t{1}, kMaxBatch));
   MIST_CHECK(in("plan.grad_accum_steps", p.grad_accum_steps, int64_t{1}, kMaxBatch));
   MIST_CHECK(in("plan.virtual_pipeline_stages", p.virtual_pipeline_stages, int64_t{1}, kMaxVirtual));
@@ -84,7 +86,7 @@ Result<Plan> load_plan(const std::string& path) {
 
 Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(auto f, JsonFields::of(j, what));
-  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "ep", "etp", "sequence_parallel", "micro_batch_size",
+  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "cp", "ep", "etp", "sequence_parallel", "micro_batch_size",
                                           "grad_accum_steps", "virtual_pipeline_stages", "recompute",
                                           "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
                                           "grad_accumulation_fusion", "async_tp_backward", "stages",
@@ -93,6 +95,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(p.dp, f.integer("dp", 1, kMaxDegree));
   MIST_TRY(p.tp, f.integer("tp", 1, kMaxTp));
   MIST_TRY(p.pp, f.integer("pp", 1, kMaxPp));
+  MIST_TRY(p.cp, f.integer_or("cp", 1, 1, kMaxCp));
   MIST_TRY(p.ep, f.integer_or("ep", 1, 1, kMaxDegree));
   MIST_TRY(p.etp, f.integer_or("etp", 1, 1, kMaxTp));
   MIST_TRY(p.sequence_parallel, f.boolean_or("sequence_parallel", false));
@@ -146,7 +149,8 @@ Json plan_to_json(const Plan& p) {
          {"grad_accumulation_fusion", p.grad_accumulation_fusion},
          {"async_tp_backward", p.async_tp_backward},
          {"stages", stages}};
-  // Written only when set, so a dense plan's file is unchanged.
+  // Written only when set, so a plan without them has the same file as before.
+  if (p.cp != 1) j["cp"] = p.cp;
   if (p.ep != 1 || p.etp != 1) {
     j["ep"] = p.ep;
     j["etp"] = p.etp;
@@ -188,7 +192,7 @@ Result<void> check_tp(const spec::ModelSpec& m, int64_t tp) {
   return {};
 }
 
-Result<void> check_experts(const spec::ModelSpec& m, int64_t tp, int64_t dp, int64_t ep, int64_t etp) {
+Result<void> check_experts(const spec::ModelSpec& m, int64_t tp_cp, int64_t dp, int64_t ep, int64_t etp) {
   if (!m.is_moe()) {
     if (ep != 1) return fail("plan.ep", fmt::format("must be 1: {} has no experts to split", m.name));
     if (etp != 1) return fail("plan.etp", fmt::format("must be 1: {} has no experts to split", m.name));
@@ -198,26 +202,47 @@ Result<void> check_experts(const spec::ModelSpec& m, int64_t tp, int64_t dp, int
     return fail("plan.ep", fmt::format("ep = {} must divide the {} experts", ep, m.num_experts));
   if (m.moe_ffn_hidden_size % etp != 0)
     return fail("plan.etp", fmt::format("etp = {} must divide moe_ffn_hidden_size {}", etp, m.moe_ffn_hidden_size));
-  // Megatron's expert grid (etp × ep × expert data parallel) covers the same tp·dp GPUs of a stage
-  // as the attention's (parallel_state: the world size must be divisible by etp·ep·pp).
-  if ((tp * dp) % (ep * etp) != 0)
-    return fail("plan.ep", fmt::format("ep·etp = {}·{} must divide the tp·dp = {}·{} GPUs of a pipeline stage",
-                                       ep, etp, tp, dp));
+  // Megatron's expert grid (etp × ep × expert data parallel) covers the same tp·cp·dp GPUs of a
+  // stage as the attention's (parallel_state: the world size must be divisible by etp·ep·pp).
+  if ((tp_cp * dp) % (ep * etp) != 0)
+    return fail("plan.ep", fmt::format("ep·etp = {}·{} must divide the {} GPUs of a pipeline stage (tp·cp·dp)",
+                                       ep, etp, tp_cp * dp));
   return {};
 }
 
-int64_t expert_dp(const Plan& p) { return std::max<int64_t>(1, p.tp * p.dp / (p.ep * p.etp)); }
+int64_t expert_dp(const Plan& p) { return std::max<int64_t>(1, p.tp * p.cp * p.dp / (p.ep * p.etp)); }
+
+int64_t grad_dp(const Plan& p) { return p.dp * p.cp; }
+
+Result<void> check_cp(const spec::TrainingSpec& t, int64_t cp) {
+  if (cp == 1) return {};
+  if (!t.flash_attention)
+    return fail("plan.cp", fmt::format("cp = {} needs flash attention (training.flash_attention): the engines run "
+                                       "the K/V ring inside their fused attention kernels", cp));
+  // Megatron splits each sequence into 2·cp chunks, rank r holding chunks r and 2·cp−1−r, so that
+  // every rank has the same share of the causal mask (get_batch_on_this_cp_rank; Megatron-LM
+  // d98e8a64 arguments.py:1336 asserts seq_length % (2·cp) == 0).
+  if (t.seq_length % (2 * cp) != 0)
+    return fail("plan.cp", fmt::format("cp = {} splits each sequence into 2·cp = {} load-balanced chunks: {} must "
+                                       "divide seq_length {}", cp, 2 * cp, 2 * cp, t.seq_length));
+  return {};
+}
 
 Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                            const spec::TrainingSpec& t) {
   MIST_CHECK(check_ranges(p));
   if (static_cast<int64_t>(p.stages.size()) != p.pp)
     return fail("plan.stages", fmt::format("has {} entries but pp is {}", p.stages.size(), p.pp));
-  // Degrees are within check_ranges (dp 2^20, tp 1024, pp 1e5), so dp·tp·pp cannot overflow.
-  const int64_t gpus = p.dp * p.tp * p.pp;
-  if (gpus != c.num_gpus())
-    return fail("plan", fmt::format("dp·tp·pp = {}·{}·{} = {} but the cluster has {} GPUs ({} nodes × {})",
-                                    p.dp, p.tp, p.pp, gpus, c.num_gpus(), c.nodes, c.gpus_per_node));
+  // Degrees are within check_ranges (dp 2^20, tp and cp 1024, pp 1e5), so dp·tp·pp·cp stays
+  // below 2^60.
+  const int64_t gpus = p.dp * p.tp * p.pp * p.cp;
+  if (gpus != c.num_gpus()) {
+    if (p.cp == 1)
+      return fail("plan", fmt::format("dp·tp·pp = {}·{}·{} = {} but the cluster has {} GPUs ({} nodes × {})",
+                                      p.dp, p.tp, p.pp, gpus, c.num_gpus(), c.nodes, c.gpus_per_node));
+    return fail("plan", fmt::format("dp·tp·pp·cp = {}·{}·{}·{} = {} but the cluster has {} GPUs ({} nodes × {})",
+                                    p.dp, p.tp, p.pp, p.cp, gpus, c.num_gpus(), c.nodes, c.gpus_per_node));
+  }
   int64_t layers = 0;
   for (const auto& s : p.stages) layers += s.num_layers;
   if (layers != m.num_layers)
@@ -235,14 +260,17 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
                                     "training.global_batch_size is {}",
                                     p.micro_batch_size, p.dp, p.grad_accum_steps, samples, t.global_batch_size));
   MIST_CHECK(check_tp(m, p.tp));
-  MIST_CHECK(check_experts(m, p.tp, p.dp, p.ep, p.etp));
+  MIST_CHECK(check_experts(m, p.tp * p.cp, p.dp, p.ep, p.etp));
+  MIST_CHECK(check_cp(t, p.cp));
   // Megatron-LM (validate_args) refuses MoE under tensor parallelism without sequence parallelism.
   if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
     return fail("plan.sequence_parallel", "a mixture of experts with tp > 1 needs sequence parallelism (as in Megatron)");
-  if (p.sequence_parallel && p.tp > 1 && t.seq_length % p.tp != 0)
+  if (p.sequence_parallel && p.tp > 1 && t.seq_length % (p.tp * p.cp) != 0)
     return fail("plan.sequence_parallel",
-                fmt::format("sequence parallelism splits the sequence: tp = {} must divide seq_length {}",
-                            p.tp, t.seq_length));
+                p.cp == 1 ? fmt::format("sequence parallelism splits the sequence: tp = {} must divide seq_length {}",
+                                        p.tp, t.seq_length)
+                          : fmt::format("sequence parallelism splits each CP rank's {} tokens: tp = {} must divide them",
+                                        t.seq_length / p.cp, p.tp));
   if (p.overlap_tp_comm && p.tp > 1 && !p.sequence_parallel)
     return fail("plan.overlap_tp_comm", "overlapping TP communication needs sequence_parallel (as in Megatron)");
   if (p.virtual_pipeline_stages > 1) {

@@ -43,6 +43,11 @@ struct Plan {
   // split over ep ranks, each expert's weights over etp ranks, on the same tp·dp GPUs of a stage as
   // the attention; the expert data-parallel group (expert_dp) holds the remaining copies.
   int64_t ep = 1, etp = 1;
+  // Context parallelism (Megatron-Core's --context-parallel-size, torchtitan's
+  // context_parallel_degree): each sequence is split over cp ranks in 2·cp load-balanced chunks,
+  // and attention exchanges keys and values around the CP ring. dp·tp·pp·cp = GPUs; the gradients
+  // are reduced, and ZeRO shards, over the dp·cp ranks that hold the same weights (grad_dp).
+  int64_t cp = 1;
   bool sequence_parallel = false;
   int64_t micro_batch_size = 1;
   int64_t grad_accum_steps = 1;          // micro-batches per iteration per data-parallel rank
@@ -82,12 +87,21 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
 // are divisible by tp; the error names plan.tp.
 Result<void> check_tp(const spec::ModelSpec& m, int64_t tp);
 // Expert parallelism: ep and etp are 1 for a dense model; for a mixture of experts ep divides the
-// expert count, etp the expert width, and ep·etp the tp·dp GPUs of a stage. Errors name plan.ep or
+// expert count, etp the expert width, and ep·etp the tp·cp·dp GPUs of a stage. Errors name plan.ep or
 // plan.etp.
-Result<void> check_experts(const spec::ModelSpec& m, int64_t tp, int64_t dp, int64_t ep, int64_t etp);
-// The expert data-parallel degree the plan leaves: tp·dp / (ep·etp) (Megatron's
-// expert_data_parallel_size with cp = 1).
+// `tp_cp` is tp·cp, the attention's GPUs per data-parallel rank.
+Result<void> check_experts(const spec::ModelSpec& m, int64_t tp_cp, int64_t dp, int64_t ep, int64_t etp);
+// The expert data-parallel degree the plan leaves: tp·cp·dp / (ep·etp) (Megatron's
+// expert_data_parallel_size: the experts fold over the attention's tp·cp·dp GPUs).
 int64_t expert_dp(const Plan& p);
+// The ranks that hold the same dense weights: dp·cp. Megatron reduces gradients and shards the
+// distributed optimizer over this group (get_data_parallel_group(with_context_parallel=True)),
+// torchtitan's FSDP over dp_shard·cp. The one home of the rule for memory, time and the tuner.
+int64_t grad_dp(const Plan& p);
+// Context parallelism against the job: cp splits each sequence into 2·cp chunks and needs flash
+// attention (the engines run the K/V ring inside their fused attention); the error names plan.cp.
+// (Under sequence parallelism tp must also divide each CP rank's tokens: validate_plan.)
+Result<void> check_cp(const spec::TrainingSpec& t, int64_t cp);
 // Checks the training settings against the model and the GPU: the GPU supports the precision
 // (bf16 needs Ampere or later), and a learned position table has a row for every position of the
 // sequence (rotary positions have no table and no limit).

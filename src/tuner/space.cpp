@@ -16,6 +16,7 @@ Result<SearchSpace> named_space(const std::string& name) {
   }
   if (name == "deepspeed") {
     s.virtual_stages = {1};
+    s.cp = {1};  // Megatron-DeepSpeed's context parallelism is DeepSpeed-Ulysses, not modelled
     s.tp = {1};
     s.max_pp = 1;
     s.recompute = {plan::Recompute::kNone};
@@ -61,6 +62,7 @@ SearchSpace engine_space(engines::Engine e) {
       // The pipeline engine partitions the blocks itself and runs ZeRO 0 or 1 only.
       s.split_rule = SplitRule::kDeepSpeedPartition;
       s.max_zero_with_pp = engines::engine_caps(e).max_zero_with_pp;
+      s.cp = {1};  // its sequence parallelism is DeepSpeed-Ulysses (heads over an all-to-all), not modelled
       break;
     case Engine::kTorchtitan:
       // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward), with all its state on the CPU
@@ -74,18 +76,31 @@ SearchSpace engine_space(engines::Engine e) {
   return s;
 }
 
-std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space, const spec::ModelSpec& m, int64_t tp,
-                                                        int64_t dp) {
+std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space, const spec::ModelSpec& m,
+                                                        int64_t tp, int64_t cp, int64_t dp) {
   if (!m.is_moe()) return {{1, 1}};
+  const int64_t tp_cp = tp * cp;
   if (!space.tune_experts) {
-    if (plan::check_experts(m, tp, dp, 1, tp)) return {{1, tp}};
+    if (plan::check_experts(m, tp_cp, dp, 1, tp)) return {{1, tp}};
     return {};
   }
   std::vector<std::pair<int64_t, int64_t>> out;
   const std::vector<int64_t> etps = tp > 1 ? std::vector<int64_t>{1, tp} : std::vector<int64_t>{1};
   for (int64_t etp : etps) {
     for (int64_t ep = 1; ep <= m.num_experts; ++ep)
-      if (m.num_experts % ep == 0 && plan::check_experts(m, tp, dp, ep, etp)) out.emplace_back(ep, etp);
+      if (m.num_experts % ep == 0 && plan::check_experts(m, tp_cp, dp, ep, etp)) out.emplace_back(ep, etp);
+  }
+  return out;
+}
+
+std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::TrainingSpec& t, int64_t gpus, int64_t tp) {
+  std::vector<int64_t> out;
+  for (int64_t cp : space.cp) {
+    if (cp < 1 || (gpus / tp) % cp) continue;
+    if (cp > 1 && t.seq_length / cp < space.min_cp_tokens) continue;
+    if (!plan::check_cp(t, cp)) continue;
+    if (tp > 1 && (t.seq_length / cp) % tp) continue;  // sequence parallelism splits each rank's tokens
+    out.push_back(cp);
   }
   return out;
 }
@@ -100,27 +115,30 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
     if (tp > 1 && t.seq_length % tp) continue;  // sequence parallelism splits the sequence
     for (int64_t pp = 1; pp <= std::min<int64_t>(space.max_pp, m.num_layers); ++pp) {
       if ((n / tp) % pp) continue;
-      const int64_t dp = n / tp / pp;
-      for (int64_t b : space.micro_batch) {
-        if (t.global_batch_size % (b * dp)) continue;
-        const int64_t G = t.global_batch_size / (b * dp);
-        for (int64_t v : space.virtual_stages) {
-          if (v < 1 || (v > 1 && (pp == 1 || m.num_layers % (pp * v) || G % pp))) continue;
-          for (auto rc : space.recompute)
-            for (auto [ep, etp] : expert_degrees(space, m, tp, dp)) {
-              plan::Plan p;
-              p.dp = dp;
-              p.tp = tp;
-              p.pp = pp;
-              p.ep = ep;
-              p.etp = etp;
-              p.sequence_parallel = tp > 1;
-              p.micro_batch_size = b;
-              p.grad_accum_steps = G;
-              p.virtual_pipeline_stages = v;
-              p.recompute = rc;
-              out.push_back(p);
-            }
+      for (int64_t cp : cp_degrees(space, t, n / pp, tp)) {
+        const int64_t dp = n / tp / pp / cp;
+        for (int64_t b : space.micro_batch) {
+          if (t.global_batch_size % (b * dp)) continue;
+          const int64_t G = t.global_batch_size / (b * dp);
+          for (int64_t v : space.virtual_stages) {
+            if (v < 1 || (v > 1 && (pp == 1 || m.num_layers % (pp * v) || G % pp))) continue;
+            for (auto rc : space.recompute)
+              for (auto [ep, etp] : expert_degrees(space, m, tp, cp, dp)) {
+                plan::Plan p;
+                p.dp = dp;
+                p.tp = tp;
+                p.pp = pp;
+                p.cp = cp;
+                p.ep = ep;
+                p.etp = etp;
+                p.sequence_parallel = tp > 1;
+                p.micro_batch_size = b;
+                p.grad_accum_steps = G;
+                p.virtual_pipeline_stages = v;
+                p.recompute = rc;
+                out.push_back(p);
+              }
+          }
         }
       }
     }

@@ -38,6 +38,12 @@ struct SearchSpace {
   // stage's tp·dp GPUs hold) and expert tensor parallelism 1 or tp; off: ep 1, etp = tp (Megatron's
   // defaults).
   bool tune_experts = true;
+  // Context-parallel degrees tried where the job allows them (plan::check_cp), each leaving every
+  // CP rank at least min_cp_tokens of the sequence: below that a rank's attention is too short to
+  // hide its K/V exchange, and the activations that CP divides are small (a search bound, stated
+  // in docs/tuner.md, not a rule of the engines).
+  std::vector<int64_t> cp = {1, 2, 4, 8, 16, 32};
+  int64_t min_cp_tokens = 4096;
   // Interleaved 1F1B: model chunks per stage (v > 1 needs pp > 1, layers divisible by pp·v and
   // micro-batches divisible by pp, as Megatron-LM; each stage holds whole chunks).
   std::vector<int64_t> virtual_stages = {1, 2, 4};
@@ -69,11 +75,14 @@ Result<SearchSpace> named_space(const std::string& name);
 // nearest plan the engine can run.
 SearchSpace engine_space(engines::Engine e);
 
-// Parallel layouts to try: dp·tp·pp = GPUs, tp within a node and dividing heads, kv heads and FFN,
+// Context-parallel degrees of `space` for a job on `gpus` GPUs per pipeline stage at tp (dividing
+// gpus / tp; plan::check_cp and, at tp > 1, tp dividing each rank's tokens).
+std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::TrainingSpec& t, int64_t gpus, int64_t tp);
+// Parallel layouts to try: dp·tp·pp·cp = GPUs (cp of cp_degrees), tp within a node and dividing heads, kv heads and FFN,
 // pp ≤ layers, micro-batch·dp dividing the global batch; for a mixture of experts, each (ep, etp)
 // of expert_degrees.
-std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space, const spec::ModelSpec& m, int64_t tp,
-                                                        int64_t dp);
+std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space, const spec::ModelSpec& m,
+                                                        int64_t tp, int64_t cp, int64_t dp);
 std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                 const spec::TrainingSpec& t);
 

@@ -16,7 +16,7 @@ Result<const sym::Program*> MemoryPrograms::get(const plan::Plan& layout, int in
   sym::Bindings fixed =
       analysis::stage_knobs(lowering->model, job_->model(), job_->cluster(), layout, any, index, 0);
   for (const char* k : kInputs) fixed.erase(k);
-  const auto pkey = std::make_tuple(layout.tp, layout.ep, layout.etp, sp, static_cast<int>(layout.recompute),
+  const auto pkey = std::make_tuple(layout.tp, layout.cp, layout.ep, layout.etp, sp, static_cast<int>(layout.recompute),
                                     fixed.at("E") > 0,
                                     fixed.at("H") > 0, fixed.at("T") > 0, fixed.at("Q") > 0);
   auto pit = programs_.find(pkey);
@@ -97,7 +97,7 @@ std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& 
   std::vector<size_t> where;
   std::vector<double> peak, host, peak_at(slice);
   std::vector<char> below(slice), fits(slice), reach(slice);
-  for (int z : zero_choices(sp, layout_.dp)) {
+  for (int z : zero_choices(sp, plan::grad_dp(layout_))) {
     // below[s]: a fitting setting with fewer recomputed blocks and offload fractions ≤ s's exists.
     std::fill(below.begin(), below.end(), 0);
     for (int64_t c : ckpt_choices(sp, layers)) {
@@ -166,7 +166,7 @@ std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& 
 double StageCosts::fastest(int64_t layers, int index) const {
   const SearchSpace& sp = *space_;
   double best = std::numeric_limits<double>::infinity();
-  for (int z : zero_choices(sp, layout_.dp)) {
+  for (int z : zero_choices(sp, plan::grad_dp(layout_))) {
     plan::StagePlan st;
     st.num_layers = layers;
     st.zero = z;

@@ -114,7 +114,7 @@ Result<std::optional<StageChoice>> search_layout(const StageCosts& costs, const 
     for (int64_t l : layer_choices(space, L, layout.pp, v, i)) {
       Point* near = l == plan::even_split_layers(L, layout.pp, i) ? &least[static_cast<size_t>(i)] : nullptr;
       // The oracle costs every fitting setting; the search only those that can be optimal.
-      auto pts = options.exhaustive ? costs.cost(stage_settings(space, l, layout.dp), i, stats, near)
+      auto pts = options.exhaustive ? costs.cost(stage_settings(space, l, plan::grad_dp(layout)), i, stats, near)
                                     : costs.candidates(l, i, stats, near);
       if (pts.empty()) continue;
       fronts[static_cast<size_t>(i)][l] =

@@ -35,7 +35,7 @@ std::optional<StageChoice> uniform_search(const StageCosts& costs, const SearchS
   if (splits.empty()) return std::nullopt;
   int64_t lmax = 0;
   for (const auto& split : splits) lmax = std::max(lmax, *std::max_element(split.begin(), split.end()));
-  const auto settings = stage_settings(space, lmax, layout.dp, layout.pp);
+  const auto settings = stage_settings(space, lmax, plan::grad_dp(layout), layout.pp);
 
   // costed[{i, l}][k]: setting k on stage i with l blocks, empty when it does not fit.
   using Column = std::vector<std::optional<Point>>;

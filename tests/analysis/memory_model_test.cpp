@@ -157,20 +157,24 @@ TEST(MemoryModel, InterleavedScheduleHoldsMoreOnTheFirstStage) {
 }
 
 TEST(MemoryModel, CompiledProgramMatchesTreeEvaluation) {
-  // A dense model, and a mixture of experts with its expert collectives (expert weights sharded
-  // over their own data-parallel group: zwx, zgx, zox differ from zw, zg, zo).
-  for (const char* name : {"llama2-7b", "mixtral-8x7b"}) {
-    const auto m = *spec::catalog_model(name);
-    const auto t = training(64, 4096, spec::Dtype::kBf16, false, false);
+  // A dense model, a mixture of experts with its expert collectives (expert weights sharded over
+  // their own data-parallel group: zwx, zgx, zox differ from zw, zg, zo), and the dense model under
+  // context parallelism (its ring attention needs flash attention).
+  for (const char* name : {"llama2-7b", "mixtral-8x7b", "llama2-7b cp"}) {
+    const std::string_view n = name;
+    const bool cp = n.ends_with(" cp");
+    const auto m = *spec::catalog_model(std::string(n.substr(0, n.find(' '))));
+    const auto t = training(64, 4096, spec::Dtype::kBf16, cp, false);
     auto o = graph::lowering_options(t, true);
     o.expert_parallel = o.expert_tensor_parallel = m.is_moe();
+    o.context_parallel = cp;
     const auto lm = graph::lower(m, t.seq_length, o);
     auto M = build_stage_memory_model(lm, t, plan::Recompute::kNone);
     ASSERT_TRUE(M.has_value()) << M.error().to_string();
     std::vector<double> row;
     sym::Bindings b = lm.dims;
     const std::map<std::string, double> knobs = {
-        {"b", 2},     {"t", 4},    {"ep", 2},   {"etp", 2},  {"d", 8},  {"l", 9},  {"c", 3},   {"p", 3},
+        {"b", 2},     {"t", 4},    {"cp", 2},   {"ep", 2},   {"etp", 2},  {"d", 8},  {"l", 9},  {"c", 3},   {"p", 3},
         {"zw", 8},    {"zg", 8},   {"zo", 8},   {"zwx", 2},  {"zgx", 2}, {"zox", 2}, {"wo", .5}, {"go", .5},
         {"oo", 1},    {"ao", .25}, {"E", 1},    {"H", 0},    {"T", 0},  {"Q", 1},  {"W", 1},   {"G", 1},
         {"O", 1},     {"A", 1},    {"C_ctx", 5e8}, {"C_blas", 8e6}, {"C_nccl", 1e9}};

@@ -310,7 +310,8 @@ TEST(Megatron, ImportErrorsNameTheFlag) {
   EXPECT_EQ(error_path("--micro-batch-size 1 --num-layers 48"), "--num-layers");
   EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 3"), "--pipeline-model-parallel-size");
   EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 16"), "--pipeline-model-parallel-size");
-  EXPECT_EQ(error_path("--micro-batch-size 1 --context-parallel-size 2"), "--context-parallel-size");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --context-parallel-size 3"), "--context-parallel-size");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --context-parallel-size 2 --cp-comm-type all_gather"), "--cp-comm-type");
   EXPECT_EQ(error_path("--micro-batch-size 1 --recompute-granularity full"), "--recompute-method");
   EXPECT_EQ(error_path("--micro-batch-size 1 --recompute-granularity partial"), "--recompute-granularity");
   EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 2 --cpu-offloading-num-layers 2"),

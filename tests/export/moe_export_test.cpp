@@ -71,7 +71,7 @@ TEST(MoeExport, ImportRefusesWhatWouldBuildAnotherModel) {
   ASSERT_TRUE(defaults) << defaults.error().to_string();
   EXPECT_EQ(defaults->plan.ep, 1);
   EXPECT_EQ(defaults->plan.etp, 4);
-  expect_error(read_back(neither + " --expert-model-parallel-size 4"), "--expert-model-parallel-size", "tp·dp");
+  expect_error(read_back(neither + " --expert-model-parallel-size 4"), "--expert-model-parallel-size", "(tp·cp·dp)");
   expect_error(read_back(no_ep + " --expert-model-parallel-size 3"), "--expert-model-parallel-size",
                "divide the 8 experts");
   // A dense model given expert flags.

@@ -21,6 +21,7 @@ namespace {
 constexpr std::string_view kMegatronCommit = "d98e8a64ddf34856e74b24714e3bedb2f5a39553";
 const std::set<std::string> kMegatronNames{
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--cp-comm-type",  // arguments.py:3221, nargs '+', default ["p2p"]
     "--expert-model-parallel-size", "--sequence-parallel", "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout", "--micro-batch-size",
@@ -81,7 +82,8 @@ const std::set<std::string> kTorchtitanNames{
     "--parallelism.pipeline_parallel_degree", "--parallelism.pipeline_parallel_schedule",
     "--parallelism.pipeline_parallel_layers_per_stage", "--parallelism.pipeline_parallel_first_stage_less_layers",
     "--parallelism.pipeline_parallel_last_stage_less_layers", "--parallelism.num_pp_microbatches",
-    "--parallelism.context_parallel_degree", "--parallelism.expert_parallel_degree",
+    "--parallelism.context_parallel_degree", "--parallelism.context_parallel_load_balancer",
+    "--parallelism.expert_parallel_degree",
     "--parallelism.module_fqns_per_model_part", "--training.num_tokens_per_microbatch_per_dp_rank",
     "--training.num_tokens_per_train_step", "--training.max_context_length", "--training.mixed_precision_param",
     "--training.dtype", "--training.enable_cpu_offload", "--training.no_enable_cpu_offload", "--compile.enable",

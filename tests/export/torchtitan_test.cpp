@@ -162,7 +162,7 @@ TEST(Torchtitan, ImportErrorsNameTheOverride) {
             "--training.num_tokens_per_microbatch_per_dp_rank");
   EXPECT_EQ(error_path("--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_schedule ZBVZeroBubble"),
             "--parallelism.pipeline_parallel_schedule");
-  EXPECT_EQ(error_path("--parallelism.context_parallel_degree 2"), "--parallelism.context_parallel_degree");
+  EXPECT_EQ(error_path("--parallelism.context_parallel_degree 3"), "--parallelism.context_parallel_degree");
   EXPECT_EQ(error_path("--training.enable_cpu_offload --parallelism.data_parallel_replicate_degree 16 "
                        "--parallelism.data_parallel_shard_degree 1"),
             "--training.enable_cpu_offload");

@@ -53,8 +53,8 @@ TEST(MoePlan, ExpertGridRules) {
   EXPECT_TRUE(check_experts(m, 2, 1, 2, 1).has_value());
   EXPECT_TRUE(check_experts(m, 1, 16, 8, 2).has_value());  // etp need not divide tp
   expect_error(check_experts(m, 4, 4, 3, 1), "plan.ep", "divide the 8 experts");
-  expect_error(check_experts(m, 2, 2, 8, 1), "plan.ep", "tp·dp");
-  expect_error(check_experts(m, 4, 1, 2, 4), "plan.ep", "tp·dp");
+  expect_error(check_experts(m, 2, 2, 8, 1), "plan.ep", "(tp·cp·dp)");
+  expect_error(check_experts(m, 4, 1, 2, 4), "plan.ep", "(tp·cp·dp)");
   const ModelSpec dense = *spec::catalog_model("llama3-8b");
   expect_error(check_experts(dense, 4, 2, 2, 1), "plan.ep", "no experts");
   expect_error(check_experts(dense, 4, 2, 1, 4), "plan.etp", "no experts");

@@ -1,0 +1,110 @@
+// Context parallelism in the exports: Megatron-LM's --context-parallel-size with the p2p ring and
+// torchtitan's context_parallel_degree, both imported back to the plan; the importers' refusals;
+// torchtitan's FSDP over dp_shard·cp and DeepSpeed's lack of a ring as capability rules.
+#include <gtest/gtest.h>
+
+#include "export/exchange.hpp"
+#include "export/megatron.hpp"
+#include "export/torchtitan.hpp"
+#include "export_jobs.hpp"
+#include "../common/expect.hpp"
+
+namespace mist::engines {
+namespace {
+
+using mist::testing::expect_error;
+using testing::cluster;
+using testing::command;
+using testing::model;
+using testing::training;
+using testing::value;
+
+// Llama-3-8B at 128K tokens on 8 GPUs: tp 2, cp 4, ZeRO-1 (over dp·cp = 4), every block recomputed.
+plan::Plan long_plan(int zero = 1) {
+  auto p = testing::plan(1, 2, {32}, 1, 8, zero, 32);
+  p.cp = 4;
+  p.sequence_parallel = true;
+  return p;
+}
+
+TEST(CpExport, MegatronWritesTheRingAndReadsItBack) {
+  const auto m = model("llama3-8b");
+  const auto c = cluster(1, 8, "H100-SXM5-80GB");
+  auto r = export_plan(Engine::kMegatron, {m, c, training(8, 131072), long_plan(), {}});
+  ASSERT_TRUE(r && r->exported);
+  const auto& o = r->exported->options;
+  EXPECT_EQ(value(o, "--context-parallel-size"), "4");
+  EXPECT_EQ(value(o, "--cp-comm-type"), "p2p");
+  EXPECT_EQ(value(o, "--global-batch-size"), "8");  // dp 1 · 8 micro-batches: CP ranks share a sequence
+  auto back = import_megatron_flags(command(o), m, c);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->plan.cp, 4);
+  EXPECT_EQ(back->plan.dp, 1);
+  EXPECT_EQ(back->plan.tp, 2);
+  EXPECT_EQ(back->plan.grad_accum_steps, 8);
+  // A dense plan has no CP flags at all (Megatron's default is 1).
+  auto dense = export_plan(Engine::kMegatron, {m, c, training(8, 8192), testing::plan(4, 2, {32}, 1, 2, 1), {}});
+  ASSERT_TRUE(dense && dense->exported);
+  EXPECT_FALSE(value(dense->exported->options, "--context-parallel-size").has_value());
+}
+
+TEST(CpExport, MegatronImportRefusesOtherExchangesAndBadDegrees) {
+  const auto m = model("llama3-8b");
+  const auto c = cluster(1, 8, "H100-SXM5-80GB");
+  const std::string base = " --tensor-model-parallel-size 2 --sequence-parallel --micro-batch-size 1"
+                           " --global-batch-size 8 --seq-length 131072 --num-layers 32 --hidden-size 4096"
+                           " --num-attention-heads 32 --group-query-attention --num-query-groups 8"
+                           " --ffn-hidden-size 14336";
+  expect_error(import_megatron_flags(base + " --context-parallel-size 4 --cp-comm-type a2a", m, c), "--cp-comm-type",
+               "p2p ring only");
+  expect_error(import_megatron_flags(base + " --context-parallel-size 3", m, c), "--context-parallel-size",
+               "does not divide");
+}
+
+TEST(CpExport, TorchtitanShardsOverDpShardTimesCp) {
+  const auto m = model("llama3-8b");
+  const auto c = cluster(1, 8, "H100-SXM5-80GB");
+  auto t = training(8, 131072);
+  // What torchtitan runs of the plan (PyTorch's separate gradient accumulation, synchronous TP
+  // backward); its CP degree and ZeRO level stay.
+  const auto p = nearest_expressible(long_plan(3), Engine::kTorchtitan, &t).plan;
+  EXPECT_EQ(p.cp, 4);
+  auto r = export_plan(Engine::kTorchtitan, {m, c, t, p, {}});
+  ASSERT_TRUE(r && r->exported) << (r && !r->reasons.empty() ? r->reasons[0].message : "");
+  const auto& o = r->exported->options;
+  EXPECT_EQ(value(o, "--parallelism.context_parallel_degree"), "4");
+  EXPECT_EQ(value(o, "--parallelism.data_parallel_shard_degree"), "1");
+  auto back = import_torchtitan_overrides(command(o), m, c);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->plan.cp, 4);
+  EXPECT_EQ(back->plan.dp, 1);
+  EXPECT_EQ(back->plan.stages[0].zero, 3);  // FSDP over the cp ranks, though dp_shard is 1
+  // Without ZeRO the plan is not torchtitan's: CP turns FSDP on.
+  std::vector<Error> why;
+  EXPECT_FALSE(expressible(long_plan(0), Engine::kTorchtitan, &why, &t));
+  ASSERT_FALSE(why.empty());
+  EXPECT_EQ(why[0].path, "plan.stages[0].zero");
+  EXPECT_EQ(nearest_expressible(long_plan(0), Engine::kTorchtitan, &t).plan.stages[0].zero, 2);
+  expect_error(import_torchtitan_overrides(command(o) + " --parallelism.context_parallel_load_balancer ptrr", m, c),
+               "--parallelism.context_parallel_load_balancer", "head-tail");
+}
+
+// DeepSpeed has no K/V ring: its nearest plan gives the CP ranks to data parallelism, keeping the
+// global batch.
+TEST(CpExport, DeepSpeedFoldsCpIntoDataParallelism) {
+  auto p = long_plan();
+  p.tp = 1;
+  p.cp = 8;
+  p.sequence_parallel = false;
+  std::vector<Error> why;
+  EXPECT_FALSE(expressible(p, Engine::kDeepSpeed, &why));
+  ASSERT_FALSE(why.empty());
+  EXPECT_EQ(why[0].path, "plan.cp");
+  const auto near = nearest_expressible(p, Engine::kDeepSpeed).plan;
+  EXPECT_EQ(near.cp, 1);
+  EXPECT_EQ(near.dp, 8);
+  EXPECT_EQ(near.micro_batch_size * near.grad_accum_steps * near.dp, 8);
+}
+
+}  // namespace
+}  // namespace mist::engines
