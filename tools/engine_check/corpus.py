@@ -1,7 +1,9 @@
 """The jobs the harness tunes and exports. Each job is tuned with `mist tune --engine E` unless it
 gives a plan, which is exported as it is (to force pipeline parallelism, ZeRO, offload, recompute
-or virtual stages). A plan the engine cannot run is refused by mist with its nearest plan, which
-the harness then exports (and says so)."""
+or virtual stages). `tune` adds flags to `mist tune` (e.g. `--no-offload`); `pick` takes the tuner's
+N-th plan instead of its first (its list with `--top N`), to reach a plan the first does not (e.g.
+context parallelism where tensor parallelism wins). A plan the engine cannot run is refused by mist
+with its nearest plan, which the harness then exports (and says so)."""
 
 # A100/A10G/L4/L40S are Ampere/Ada (arch 8), H100/H200 Hopper (9), B200 Blackwell (10): Megatron-LM
 # reads the arch (torch.cuda.get_device_capability) for its CUDA_DEVICE_MAX_CONNECTIONS rule.
@@ -11,14 +13,14 @@ GPU_ARCH = {"V100-SXM2-32GB": 7, "A100-SXM4-40GB": 8, "A100-SXM4-80GB": 8, "A10G
 
 
 def job(name, engine, model, gpu, gpus, gbs, seq, plan=None, gpus_per_node=8, optimizer="adamw",
-        precision="bf16", compile=False):
+        precision="bf16", compile=False, tune=(), pick=1):
     nodes = max(1, gpus // gpus_per_node)
     per_node = gpus if gpus < gpus_per_node else gpus_per_node
     return {"name": name, "engine": engine, "model": model,
             "cluster": {"gpu": gpu, "nodes": nodes, "gpus_per_node": per_node},
             "training": {"global_batch_size": gbs, "seq_length": seq, "precision": precision,
                          "optimizer": optimizer, "flash_attention": True, "compile": compile},
-            "plan": plan}
+            "plan": plan, "tune": list(tune), "pick": pick}
 
 
 def stages(layers, pp, zero=0, ckpt=0, offload=None):
@@ -32,9 +34,12 @@ def stages(layers, pp, zero=0, ckpt=0, offload=None):
     return out
 
 
-def plan(dp, tp, pp, mbs, gas, layers, zero=0, ckpt=0, offload=None, v=1, recompute=None, sp=None, ep=1, etp=1):
+def plan(dp, tp, pp, mbs, gas, layers, zero=0, ckpt=0, offload=None, v=1, recompute=None, sp=None, ep=1, etp=1,
+         cp=1):
     p = {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1 if sp is None else sp,
          "micro_batch_size": mbs, "grad_accum_steps": gas, "stages": stages(layers, pp, zero, ckpt, offload)}
+    if cp > 1:
+        p["cp"] = cp
     if ep > 1 or etp > 1:
         p["ep"], p["etp"] = ep, etp
     if v > 1:
@@ -87,6 +92,15 @@ JOBS = [
         plan=plan(4, 2, 4, 1, 64, 32, zero=1, ep=8, etp=1)),
     job("mlm-mixtral-8x7b-tp4-ep2-etp4", "megatron", "mixtral-8x7b", "H100-SXM5-80GB", 16, 128, 4096,
         plan=plan(4, 4, 1, 1, 32, 32, zero=1, ep=2, etp=4)),
+    # Megatron-LM, context parallelism (long context: the tuner tries cp with >= 4096 tokens per rank)
+    job("mlm-llama3-8b-8xH100-s131072-cp", "megatron", "llama3-8b", "H100-SXM5-80GB", 8, 8, 131072,
+        tune=("--no-offload",)),
+    job("mlm-llama3-8b-16xH100-s65536", "megatron", "llama3-8b", "H100-SXM5-80GB", 16, 32, 65536),
+    job("mlm-llama3-70b-32xH100-s32768", "megatron", "llama3-70b", "H100-SXM5-80GB", 32, 64, 32768),
+    job("mlm-llama3-70b-32xH100-s32768-nooffload", "megatron", "llama3-70b", "H100-SXM5-80GB", 32, 64, 32768,
+        tune=("--no-offload",)),
+    job("mlm-llama3-8b-tp2-pp2-v2-cp2", "megatron", "llama3-8b", "H100-SXM5-80GB", 8, 16, 65536,
+        plan=plan(1, 2, 2, 1, 16, 32, zero=1, ckpt=16, v=2, cp=2)),
     # DeepSpeed (Megatron-DeepSpeed + DeepSpeed)
     job("ds-llama2-7b-8xA100-s4096", "deepspeed", "llama2-7b", "A100-SXM4-80GB", 8, 256, 4096),
     job("ds-gpt3-13b-16xA100-s2048", "deepspeed", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048),
@@ -134,4 +148,14 @@ JOBS = [
         plan=plan(1, 8, 4, 1, 64, 80, zero=0, v=2)),
     job("tt-llama3-8b-tp2-selective", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
         plan=plan(4, 2, 1, 1, 16, 32, zero=2, recompute="selective")),
+    # torchtitan, context parallelism (FSDP over dp_shard·cp)
+    job("tt-llama3-8b-8xH100-s131072-cp8", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 8, 131072,
+        tune=("--no-offload",), pick=2),
+    job("tt-llama3-8b-16xH100-s65536", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 16, 32, 65536),
+    job("tt-llama3-8b-16xH100-s65536-nooffload", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 16, 32, 65536,
+        tune=("--no-offload",)),
+    job("tt-llama3-70b-32xH100-s32768-nooffload", "torchtitan", "llama3-70b", "H100-SXM5-80GB", 32, 64, 32768,
+        tune=("--no-offload",)),
+    job("tt-llama3-8b-pp2-tp2-cp2", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 16, 65536,
+        plan=plan(1, 2, 2, 1, 16, 32, zero=2, ckpt=16, cp=2)),
 ]

@@ -38,7 +38,7 @@ def plan_summary(p):
         for k, v in (s.get("offload") or {}).items():
             if v:
                 off[k] = max(off.get(k, 0), v)
-    parts = [f"dp{p['dp']} tp{p['tp']} pp{p['pp']}"]
+    parts = [f"dp{p['dp']} tp{p['tp']} pp{p['pp']}" + (f" cp{p['cp']}" if p.get("cp", 1) > 1 else "")]
     if p.get("virtual_pipeline_stages", 1) > 1:
         parts.append(f"v{p['virtual_pipeline_stages']}")
     if p.get("ep", 1) > 1 or p.get("etp", 1) > 1:
@@ -76,9 +76,22 @@ def prepare(job, mist, work, timeout):
             json.dump(job["plan"], f)
         item["source"] = "plan"
     else:
-        rc, out, err = mist_run(mist, ["tune"] + common + ["--engine", job["engine"], "--out", plan_file], timeout)
+        tune = ["tune"] + common + ["--engine", job["engine"]] + job.get("tune", [])
+        pick = job.get("pick", 1)
+        if pick == 1:
+            rc, out, err = mist_run(mist, tune + ["--out", plan_file], timeout)
+        else:  # the tuner's pick-th plan: its list's alternatives (the first plan is not among them)
+            rc, out, err = mist_run(mist, tune + ["--top", str(pick), "--json"], timeout)
         if rc != 0:
             return {**item, "verdict": "MIST-ERROR", "message": f"mist tune exit {rc}: {err.strip()[-600:]}"}
+        if pick > 1:
+            alternatives = json.loads(out).get("alternatives", [])
+            if len(alternatives) < pick - 1:
+                return {**item, "verdict": "MIST-ERROR",
+                        "message": f"mist tune listed {len(alternatives) + 1} plans; the job picks plan {pick}"}
+            with open(plan_file, "w") as f:
+                json.dump(alternatives[pick - 2]["plan"], f)
+            item["notes"].append(f"plan {pick} of mist tune's list")
         item["source"] = "tune"
     export = ["export"] + common + ["--to", job["engine"]]
     ds_json = os.path.join(d, "ds_config.json")
