@@ -209,6 +209,16 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
   // cuBLAS and cuBLASLt workspaces (through the caching allocator since PyTorch 1.11).
   B.alloc(job.cluster().gpu.blas_workspace_bytes);
   B.alloc(job.cluster().gpu.blas_workspace_bytes);
+  // FP8 training with Transformer Engine: each FP8 linear's weight in FP8, row- and column-wise
+  // (one byte per parameter each), made on the first micro-batch and kept for the iteration.
+  if (lm.options.fp8 && lm.options.fp8_keeps_fp8_inputs)
+    for (int64_t j = 0; j < l; ++j)
+      for (const auto& op : lm.block.ops)
+        if (op.fp8) {
+          const double n = sym::evaluate_or_zero(op.params, b);
+          B.alloc(n);
+          B.alloc(n);
+        }
 
   // Per-layer gathers and gradient reduction (FSDP2's pattern, docs/memory-model.md): the gathered
   // flat buffer lives on the all-gather stream until the next gather, each parameter's unsharded

@@ -66,6 +66,9 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   const Expr P_blkx = lm.block.expert_params();
   const bool experts = !(P_blkx.is_constant() && P_blkx.constant_value() == 0);
   const Expr P_exp = l * P_blkx;
+  // The FP8 linears' weights of a block whose FP8 copies Transformer Engine caches (0 otherwise).
+  const bool fp8_copies = lm.options.fp8 && lm.options.fp8_keeps_fp8_inputs;
+  const Expr P_fp8 = fp8_copies ? lm.block.fp8_params() : Expr(0.0);
   // bytes·P/z for the dense share, bytes·P_exp/zx for the experts'; its formula in words.
   auto sharded = [&](const Expr& bytes, const Expr& z, const Expr& zx, const Expr& kept) {
     return experts ? bytes * ((P_stage - P_exp) / z + P_exp / zx) * kept : bytes * P_stage * kept / z;
@@ -149,6 +152,16 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
        "1 MiB·p·(" + n(static_cast<int>(n_saved)) + "·(l - c) + c)",
        Expr(kRoundingBytesPerAllocation) * p * ((l - c) * n_saved + c), false},
   };
+  if (fp8_copies) {
+    // After the model state, before the buffers (the order explain prints).
+    auto at = std::find_if(M.terms.begin(), M.terms.end(), [](const auto& t) { return t.name == "weight_buffers"; });
+    M.terms.insert(at, {"fp8_weight_copies",
+                        "FP8 copies of the FP8 linears' weights, row- and column-wise, kept for the iteration "
+                        "(Transformer Engine)",
+                        "2·l·P_fp8", 2 * l * P_fp8});
+    M.quantities.insert(M.quantities.begin() + 4,
+                        {"P_fp8", "weights of one block's FP8 linears on one GPU", P_fp8, false});
+  }
   std::vector<Expr> all;
   for (const auto& t : M.terms) all.push_back(t.formula);
   M.peak = sym::sum(all);

@@ -27,6 +27,8 @@ Result<std::vector<executor::ValidationCase>> layers(const ProfileArgs& a) {
   MIST_TRY(auto t, spec::load_training(a.training));
   if (t.precision == spec::Dtype::kFp16)
     return fail("training.precision", "fp16 has no CPU kernels in LibTorch; profile fp32 or bf16");
+  if (t.fp8_training())
+    return fail("training.precision", "fp8: LibTorch 1.13 has no FP8 dtypes or GEMMs on the CPU; profile bf16");
   std::vector<executor::ValidationCase> out;
   for (auto kind : {graph::LayerKind::kBlock, graph::LayerKind::kEmbedding, graph::LayerKind::kHead}) {
     executor::ValidationCase c;

@@ -47,7 +47,7 @@ std::string header(const Job& job) {
       p.sequence_parallel ? "+sp" : "", p.pp,
       p.virtual_pipeline_stages > 1 ? fmt::format(" (v {})", p.virtual_pipeline_stages) : "", extra_degrees_text(p),
       p.micro_batch_size, p.grad_accum_steps, job.training.global_batch_size, job.training.seq_length,
-      spec::to_string(job.training.precision));
+      spec::precision_name(job.training));
 }
 
 Json band_json(const analysis::Band& b) {

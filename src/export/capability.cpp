@@ -374,6 +374,18 @@ std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::Tr
   if (e == Engine::kTorchtitan && t && t->precision == spec::Dtype::kFp16)
     reasons.push_back({"training.precision", "torchtitan trains in bf16 or fp32 (training.mixed_precision_param), "
                                              "not fp16"});
+  if (t && t->fp8_training()) {
+    using spec::Fp8Recipe;
+    if (e == Engine::kDeepSpeed)
+      reasons.push_back({"training.precision", "Megatron-DeepSpeed has no FP8 training that mist models (no "
+                                               "Transformer Engine linears); use bf16"});
+    if (e == Engine::kMegatron && t->fp8 == Fp8Recipe::kRowwise)
+      reasons.push_back({"training.fp8_recipe", "Transformer Engine's recipes are tensorwise, delayed, blockwise and "
+                                                "mxfp8 (--fp8-recipe); rowwise is torchao's"});
+    if (e == Engine::kTorchtitan && t->fp8 != Fp8Recipe::kRowwise)
+      reasons.push_back({"training.fp8_recipe", "torchtitan b5bcd76c's Float8LinearConverter has the rowwise "
+                                                "recipes only (recipe_name rowwise, rowwise_with_gw_hp)"});
+  }
   return reasons;
 }
 

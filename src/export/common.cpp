@@ -31,6 +31,7 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (global_batch_size) base.global_batch_size = *global_batch_size;
   if (seq_length) base.seq_length = *seq_length;
   if (precision) base.precision = *precision;
+  if (fp8) base.fp8 = *fp8;
   if (optimizer) base.optimizer = *optimizer;
   if (dropout) base.dropout = *dropout;
   if (compile) base.compile = *compile;

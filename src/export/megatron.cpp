@@ -17,7 +17,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 60> kFlags{{
+constexpr std::array<FlagSpec, 62> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -52,6 +52,8 @@ constexpr std::array<FlagSpec, 60> kFlags{{
     {"--cpu-offloading-num-layers", true},
     {"--bf16", false},
     {"--fp16", false},
+    {"--fp8-format", true},  // TransformerConfig.fp8 (transformer_config.py:587)
+    {"--fp8-recipe", true},  // TransformerConfig.fp8_recipe, default delayed (:594)
     {"--optimizer", true},
     {"--hidden-dropout", true},
     {"--attention-dropout", true},
@@ -232,6 +234,11 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     add(o, "--cpu-offloading-num-layers",
         static_cast<int64_t>(std::llround(s0.offload.activations * static_cast<double>(s0.num_layers))));
   detail::add_training_flags(o, t);
+  if (t.fp8_training()) {
+    // Transformer Engine's hybrid format: E4M3 activations and weights, E5M2 gradients.
+    add(o, "--fp8-format", std::string("hybrid"));
+    add(o, "--fp8-recipe", std::string(spec::to_string(t.fp8)));
+  }
   add_model_options(o, m, t);
   return o;
 }
@@ -431,6 +438,23 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   }
 
   MIST_TRY(out.training.precision, detail::precision_switches(f));
+  MIST_TRY(auto fp8_format, f.choice("--fp8-format", {"e4m3", "hybrid"}));
+  MIST_TRY(auto fp8_recipe, f.choice("--fp8-recipe", {"tensorwise", "delayed", "mxfp8", "blockwise", "custom"}));
+  if (fp8_recipe && !fp8_format) return fail("--fp8-recipe", "takes effect only with --fp8-format");
+  if (fp8_format) {
+    if (out.training.precision != spec::Dtype::kBf16)
+      return fail("--fp8-format", "mist models FP8 training with --bf16 outside the FP8 GEMMs");
+    const std::string r = fp8_recipe.value_or("delayed");  // Megatron's default
+    if (r == "custom") return fail("--fp8-recipe", "custom quantization recipes are not modelled");
+    out.training.fp8 = r == "tensorwise" ? spec::Fp8Recipe::kTensorwise
+                       : r == "mxfp8"    ? spec::Fp8Recipe::kMxfp8
+                       : r == "blockwise" ? spec::Fp8Recipe::kBlockwise
+                                          : spec::Fp8Recipe::kDelayed;
+    if (*fp8_format == "e4m3")
+      out.notes.push_back("--fp8-format e4m3: modelled as hybrid (the GEMM rate and bytes are the same)");
+  } else {
+    out.training.fp8 = spec::Fp8Recipe::kNone;
+  }
   MIST_TRY(auto opt, f.choice("--optimizer", {"adam", "sgd", "muon", "dist_muon", "lion", "soap", "adaptive_muon"}));
   if (!opt || *opt == "adam") out.training.optimizer = spec::Optimizer::kAdamW;  // decoupled weight decay
   else if (*opt == "sgd") out.training.optimizer = spec::Optimizer::kSgd;

@@ -112,7 +112,7 @@ std::vector<Option> torchtitan_options(const spec::ModelSpec& m, const spec::Tra
   return o;
 }
 
-std::vector<std::string> torchtitan_notes(const spec::ModelSpec& m, const spec::TrainingSpec&, const plan::Plan& p) {
+std::vector<std::string> torchtitan_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t, const plan::Plan& p) {
   std::vector<std::string> notes;
   if (auto model = torchtitan_model(m))
     notes.push_back(fmt::format("--module {} --config {}: torchtitan's config for this shape (flavor {}); the "
@@ -125,6 +125,10 @@ std::vector<std::string> torchtitan_notes(const spec::ModelSpec& m, const spec::
                     "default and refuses that with pipeline parallelism");
   notes.push_back("torchtitan batches by tokens: micro batch = num_tokens_per_microbatch_per_dp_rank / "
                   "max_context_length");
+  if (t.fp8_training())
+    notes.push_back("float8: torchtitan b5bcd76c turns it on in the config function, not by an override: add "
+                    "converters=[Float8LinearConverter.Config(recipe_name=\"rowwise\", filter_fqns=[\"output\"])] "
+                    "to the Trainer.Config that --config names (torchtitan/components/quantization/float8.py)");
   return notes;
 }
 

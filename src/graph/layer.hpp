@@ -84,6 +84,10 @@ struct Op {
   bool is_gemm = false;                     // linear or bmm: `gemm` holds its forward shape
   GemmShape gemm;
   bool causal_attention = false;            // flash attention over a causal mask (half the blocks)
+  // FP8 training: the op's GEMMs run on FP8 operands; the casts that quantize them move
+  // fp8_cast_fwd bytes in forward and fp8_cast_bwd in backward (memory-bound kernels of their own).
+  bool fp8 = false;
+  Expr fp8_cast_fwd, fp8_cast_bwd;
 };
 
 enum class LayerKind { kEmbedding, kBlock, kHead };
@@ -114,6 +118,7 @@ struct Layer {
 
   Expr params() const;         // Σ op params (per GPU)
   Expr expert_params() const;  // the expert weights among them (Op::expert)
+  Expr fp8_params() const;     // the weights of its FP8 linears (Op::fp8)
   Expr fwd_flops() const;
   Expr bwd_flops() const;
 };
@@ -154,6 +159,16 @@ struct LoweringOptions {
   // sees s/cp tokens (symbol cp), the attention's local queries attend to all s keys, whose blocks
   // travel around the CP ring.
   bool context_parallel = false;
+  // FP8 training: the blocks' linears run in FP8 (the router, the shared expert's gate and the LM
+  // head stay bf16, as Megatron-Core and torchtitan's float8 converter leave them).
+  // fp8_keeps_fp8_inputs: Transformer Engine keeps each FP8 linear's input for backward as its FP8
+  // copy and caches the weights' FP8 copies over an iteration's micro-batches (Megatron passes
+  // is_first_microbatch); false: torchao keeps the bf16 input and casts the weights at every use.
+  // fp8_cast_bytes: bytes moved per element to quantize one operand: a read of the bf16 value and
+  // the row- and column-wise FP8 copies (4), plus the separate amax pass of current scaling (6).
+  bool fp8 = false;
+  bool fp8_keeps_fp8_inputs = false;
+  int fp8_cast_bytes = 4;
 };
 
 struct LoweredModel {

@@ -42,6 +42,30 @@ int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const
   return y;
 }
 
+void fp8_linear(LayerBuilder& B, Op& op, int x) {
+  const auto& o = B.o_;
+  if (!o.fp8) return;
+  op.fp8 = true;
+  const Expr q = Expr(static_cast<double>(o.fp8_cast_bytes));
+  const auto& g = op.gemm;
+  // Forward: the GEMM's input (m×k); backward: the output gradient (m×n), each quantized once into
+  // its row- and column-wise copies.
+  op.fp8_cast_fwd = q * g.batch * g.m * g.k;
+  op.fp8_cast_bwd = q * g.batch * g.m * g.n;
+  if (!o.fp8_keeps_fp8_inputs) {
+    // torchao's Float8Linear casts the weight in every forward and, transposed, in every backward:
+    // an amax pass and a cast (2 + 2 + 1 bytes per parameter each time).
+    op.fp8_cast_fwd = op.fp8_cast_fwd + 5 * op.params;
+    op.fp8_cast_bwd = op.fp8_cast_bwd + 5 * op.params;
+    return;
+  }
+  // Transformer Engine keeps the input's FP8 copy, one byte per element, instead of the bf16 input.
+  int kept = B.tensor(op.name + ".input_fp8", B.bytes(x) / w(o), false);
+  op.outputs.push_back(kept);
+  for (int& t : op.saved)
+    if (t == x) t = kept;
+}
+
 // Column-parallel linear h -> out (out already divided by t): saves its input. Under sequence
 // parallelism the input is all-gathered into a temporary and the saved copy is the local shard
 // (Megatron re-gathers it in backward).
@@ -71,6 +95,7 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = full_in + (in_features * out + bias) * w(o);
   op.bytes_written = B.bytes(y);
+  fp8_linear(B, op, x);
   return y;
 }
 
@@ -96,6 +121,7 @@ int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bi
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = sb(o) * in * w(o) + op.params * w(o);
   op.bytes_written = full_out;
+  fp8_linear(B, op, x);
   return y;
 }
 
@@ -484,6 +510,11 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.flash_attention = training.flash_attention;
   o.dropout = training.dropout;
   o.act_bytes = spec::dtype_bytes(training.precision);
+  o.fp8 = training.fp8_training();
+  o.fp8_keeps_fp8_inputs = engine != spec::Engine::kTorchtitan;
+  // Current scaling (tensorwise, rowwise) computes each operand's amax in a pass before the cast.
+  o.fp8_cast_bytes =
+      training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;
   if (engine == spec::Engine::kTorchtitan) {
     o.eager_elementwise = true;
     o.copies_around_attention = true;
@@ -519,7 +550,10 @@ LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringO
   if (opts.compiled_blocks) block_opts.eager_elementwise = false;
   lm.block = lower_block(m, block_opts);
   lm.block.compiled = opts.compiled_blocks;
-  lm.head = lower_head(m, opts);
+  LoweringOptions head_opts = opts;
+  head_opts.fp8 = false;  // the LM head stays bf16 (Megatron's output layer is not a TE linear; torchtitan's
+                          // float8 converter skips "output")
+  lm.head = lower_head(m, head_opts);
   // The engines checkpoint blocks only: the embedding and the head keep what they save.
   mark_selective_recompute(lm.embedding, SelectivePolicy::kAttentionCore);
   mark_selective_recompute(lm.block, opts.selective);
@@ -556,6 +590,12 @@ Expr Layer::expert_params() const {
   std::vector<Expr> v;
   for (const auto& o : ops)
     if (o.expert) v.push_back(o.params);
+  return v.empty() ? Expr(0.0) : sym::sum(v);
+}
+Expr Layer::fp8_params() const {
+  std::vector<Expr> v;
+  for (const auto& o : ops)
+    if (o.fp8) v.push_back(o.params);
   return v.empty() ? Expr(0.0) : sym::sum(v);
 }
 Expr Layer::fwd_flops() const {

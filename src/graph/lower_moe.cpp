@@ -30,6 +30,7 @@ int grouped_linear(LayerBuilder& B, const std::string& name, int x, Expr tokens,
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = tokens * in * w(o) + op.params * w(o);
   op.bytes_written = tokens * out * w(o);
+  fp8_linear(B, op, x);  // TE's GroupedLinear in FP8
   return y;
 }
 

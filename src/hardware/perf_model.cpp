@@ -22,6 +22,7 @@ double peak_matmul_flops(const spec::GpuSpec& g, spec::Dtype d) {
     case spec::Dtype::kBf16: return g.bf16_flops > 0 ? g.bf16_flops : g.fp16_flops;
     case spec::Dtype::kFp16: return g.fp16_flops;
     case spec::Dtype::kFp32: return g.fp32_flops;
+    case spec::Dtype::kFp8: return g.fp8_flops;
   }
   return g.fp32_flops;
 }
@@ -43,7 +44,8 @@ double sustained_matmul_flops(const spec::GpuSpec& g, spec::Dtype d) {
 double achievable_matmul_flops(const spec::GpuSpec& g, spec::Dtype d, const PerfConstants& k) {
   const double peak = sustained_matmul_flops(g, d);
   if (k.matmul_efficiency > 0) return peak * k.matmul_efficiency;  // fitted for this device (mist fit)
-  // MAMF is measured in bf16; the same fraction of peak is assumed for fp16 (same tensor cores).
+  // MAMF is measured in bf16; the same fraction of peak is assumed for fp16 and fp8 (the same
+  // tensor cores, twice the rate per cycle in fp8), and a fitted fraction applies to both.
   if (g.matmul_bf16_flops > 0 && g.bf16_flops > 0 && d != spec::Dtype::kFp32)
     return peak * (g.matmul_bf16_flops / g.bf16_flops);
   return peak * k.default_matmul_efficiency;

@@ -175,6 +175,14 @@ Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec
                 fmt::format("{} has no bf16 support (bf16 needs NVIDIA Ampere, sm_80, or later); use fp16", g.name));
   if (t.precision == spec::Dtype::kFp16 && g.fp16_flops <= 0)
     return fail("training.precision", fmt::format("{} has no fp16 support", g.name));
+  if (t.fp8_training() && g.fp8_flops <= 0)
+    return fail("training.precision",
+                fmt::format("{} has no FP8 tensor cores (FP8 training needs NVIDIA Hopper or Ada, sm_89, or later); "
+                            "use bf16", g.name));
+  if (t.fp8 == spec::Fp8Recipe::kMxfp8 && g.vendor == "nvidia" && g.compute_capability < 10.0)
+    return fail("training.fp8_recipe", fmt::format("mxfp8 scales 32-element blocks in the tensor cores of NVIDIA "
+                                                   "Blackwell (sm_100) and later; {} is sm_{:.0f}",
+                                                   g.name, 10 * g.compute_capability));
   return {};
 }
 

@@ -111,7 +111,8 @@ ResolvedOp resolve_op(const OpTable* table, const spec::GpuSpec& g, spec::Dtype 
   r.time = hardware::op_time(g, d, op, at, c);
   r.has_bwd = hardware::has_backward(op);
   if (!table || op.kind == graph::OpKind::kView) return r;
-  const std::string dtype = spec::to_string(d);
+  // An FP8 linear is never timed from bf16 measurements.
+  const std::string dtype = op.fp8 ? "fp8" : spec::to_string(d);
   auto from_table = [&](const char* pass, bool backward, double& seconds, Source& src) {
     if (const Measurement* m = table->exact(g.name, op.name, shape, dtype, pass)) {
       seconds = m->median_s;

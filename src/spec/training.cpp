@@ -18,22 +18,36 @@ Dtype parse_dtype(const std::string& s) {
   return Dtype::kBf16;
 }
 
+Fp8Recipe parse_recipe(const std::string& s) {
+  if (s == "delayed") return Fp8Recipe::kDelayed;
+  if (s == "blockwise") return Fp8Recipe::kBlockwise;
+  if (s == "mxfp8") return Fp8Recipe::kMxfp8;
+  if (s == "rowwise") return Fp8Recipe::kRowwise;
+  return Fp8Recipe::kTensorwise;
+}
+
 }  // namespace
 
 Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) {
   MIST_TRY(JsonFields f, JsonFields::of(j, what));
-  MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "optimizer",
+  MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "fp8_recipe", "optimizer",
                                     "flash_attention", "dropout", "grad_dtype", "compile"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
   MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
-  MIST_TRY(std::string precision, f.choice_or("precision", "bf16", {"fp32", "fp16", "bf16"}));
+  MIST_TRY(std::string precision, f.choice_or("precision", "bf16", {"fp32", "fp16", "bf16", "fp8"}));
+  MIST_TRY(std::string recipe, f.choice_or("fp8_recipe", "tensorwise",
+                                           {"tensorwise", "delayed", "blockwise", "mxfp8", "rowwise"}));
+  if (f.has("fp8_recipe") && precision != "fp8")
+    return fail(f.field_path("fp8_recipe"), fmt::format("applies to \"precision\": \"fp8\" only, and precision is \"{}\"",
+                                                        precision));
   MIST_TRY(std::string grad, f.choice_or("grad_dtype", "fp32", {"fp32", "fp16", "bf16"}));
   MIST_TRY(std::string optimizer, f.choice_or("optimizer", "adamw", {"adamw", "sgd"}));
   MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
   MIST_TRY(t.dropout, f.boolean_or("dropout", false));
   MIST_TRY(t.compile, f.boolean_or("compile", false));
-  t.precision = parse_dtype(precision);
+  t.precision = parse_dtype(precision);  // fp8: bf16 outside the linears' GEMMs
+  if (precision == "fp8") t.fp8 = parse_recipe(recipe);
   t.grad_dtype = parse_dtype(grad);
   t.grad_dtype_stated.value = f.has("grad_dtype");
   t.optimizer = optimizer == "adamw" ? Optimizer::kAdamW : Optimizer::kSgd;
@@ -42,6 +56,8 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   if (t.precision == Dtype::kFp32 && t.grad_dtype != Dtype::kFp32)
     return fail(f.field_path("grad_dtype"),
                 fmt::format("must be \"fp32\" when precision is \"fp32\", got \"{}\"", grad));
+  if (t.fp8_training() && grad == "fp16")
+    return fail(f.field_path("grad_dtype"), "must be \"fp32\" or \"bf16\" under fp8 training (bf16 outside the GEMMs)");
   if (t.grad_dtype != Dtype::kFp32 && t.grad_dtype != t.precision)
     return fail(f.field_path("grad_dtype"),
                 fmt::format("must be \"fp32\" or the training precision \"{}\", got \"{}\"",
@@ -50,29 +66,48 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
 }
 
 Json training_to_json(const TrainingSpec& t) {
-  return Json{{"global_batch_size", t.global_batch_size},
-              {"seq_length", t.seq_length},
-              {"precision", to_string(t.precision)},
-              {"grad_dtype", to_string(t.grad_dtype)},
-              {"optimizer", to_string(t.optimizer)},
-              {"flash_attention", t.flash_attention},
-              {"dropout", t.dropout},
-              {"compile", t.compile}};
+  Json j{{"global_batch_size", t.global_batch_size},
+         {"seq_length", t.seq_length},
+         {"precision", t.fp8_training() ? "fp8" : to_string(t.precision)},
+         {"grad_dtype", to_string(t.grad_dtype)},
+         {"optimizer", to_string(t.optimizer)},
+         {"flash_attention", t.flash_attention},
+         {"dropout", t.dropout},
+         {"compile", t.compile}};
+  if (t.fp8_training()) j["fp8_recipe"] = to_string(t.fp8);
+  return j;
 }
 
 Result<TrainingSpec> load_training(const std::string& path) {
   return load_json_as(path, "training", training_from_json);
 }
 
-int dtype_bytes(Dtype d) { return d == Dtype::kFp32 ? 4 : 2; }
+int dtype_bytes(Dtype d) { return d == Dtype::kFp32 ? 4 : d == Dtype::kFp8 ? 1 : 2; }
 
 const char* to_string(Dtype d) {
   switch (d) {
     case Dtype::kFp32: return "fp32";
     case Dtype::kFp16: return "fp16";
     case Dtype::kBf16: return "bf16";
+    case Dtype::kFp8: return "fp8";
   }
   return "?";
+}
+
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kNone: return "none";
+    case Fp8Recipe::kTensorwise: return "tensorwise";
+    case Fp8Recipe::kDelayed: return "delayed";
+    case Fp8Recipe::kBlockwise: return "blockwise";
+    case Fp8Recipe::kMxfp8: return "mxfp8";
+    case Fp8Recipe::kRowwise: return "rowwise";
+  }
+  return "?";
+}
+
+std::string precision_name(const TrainingSpec& t) {
+  return t.fp8_training() ? fmt::format("fp8 ({})", to_string(t.fp8)) : std::string(to_string(t.precision));
 }
 
 const char* to_string(Optimizer o) { return o == Optimizer::kAdamW ? "adamw" : "sgd"; }

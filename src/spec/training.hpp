@@ -9,7 +9,13 @@
 
 namespace mist::spec {
 
-enum class Dtype { kFp32, kFp16, kBf16 };
+// kFp8: the operands of the GEMMs of FP8 training (its linears), never the precision of weights,
+// activations or gradients, which stay bf16 (TrainingSpec::fp8).
+enum class Dtype { kFp32, kFp16, kBf16, kFp8 };
+// FP8 training's scaling recipe: Transformer Engine's tensorwise (current scaling), delayed
+// (amax history) and blockwise (1×128 activations, 128×128 weights, DeepSeek-V3's) recipes and
+// MXFP8 (Blackwell's 32-element blocks); torchao's tensorwise and rowwise float8 (torchtitan).
+enum class Fp8Recipe { kNone, kTensorwise, kDelayed, kBlockwise, kMxfp8, kRowwise };
 enum class Optimizer { kAdamW, kSgd };
 
 struct TrainingSpec {
@@ -22,8 +28,12 @@ struct TrainingSpec {
   bool flash_attention = true;
   bool dropout = false;
   bool compile = false;  // torch.compile of the model's blocks (torchtitan's compile.enable)
+  // "precision": "fp8": the linears' GEMMs run in FP8 with this recipe, everything else as bf16
+  // (precision is then kBf16). kNone: no FP8.
+  Fp8Recipe fp8 = Fp8Recipe::kNone;
 
   bool mixed_precision() const { return precision != Dtype::kFp32; }
+  bool fp8_training() const { return fp8 != Fp8Recipe::kNone; }
   bool operator==(const TrainingSpec&) const = default;
 };
 
@@ -34,5 +44,8 @@ Json training_to_json(const TrainingSpec& t);
 int dtype_bytes(Dtype d);
 const char* to_string(Dtype d);
 const char* to_string(Optimizer o);
+const char* to_string(Fp8Recipe r);
+// The precision as a user wrote it: "bf16", or "fp8 (tensorwise)" for FP8 training.
+std::string precision_name(const TrainingSpec& t);
 
 }  // namespace mist::spec

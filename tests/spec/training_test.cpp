@@ -73,8 +73,14 @@ TEST(Training, BadInput) {
                "training.global_batch_size", "integer");
   expect_error(training(R"({"global_batch_size": "64", "seq_length": 2048})"),
                "training.global_batch_size", "integer");
-  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "precision": "fp8"})"),
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "precision": "int8"})"),
                "training.precision", "one of");
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "precision": "fp8", "fp8_recipe": "e4m3"})"),
+               "training.fp8_recipe", "one of");
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "fp8_recipe": "delayed"})"),
+               "training.fp8_recipe", "\"fp8\" only");
+  expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "precision": "fp8", "grad_dtype": "fp16"})"),
+               "training.grad_dtype", "fp8");
   expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "optimizer": "adam"})"),
                "training.optimizer", "one of");
   expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "flash_attention": 1})"),
@@ -82,6 +88,30 @@ TEST(Training, BadInput) {
   expect_error(training(R"({"global_batch_size": 64, "seq_length": 2048, "micro_batch": 2})"),
                "training.micro_batch", "unknown");
   expect_error(training("[]"), "training", "JSON object");
+}
+
+// "precision": "fp8": bf16 outside the FP8 GEMMs, with a recipe (tensorwise unless stated); the
+// JSON form round-trips and the header names both.
+TEST(Training, Fp8PrecisionWithRecipe) {
+  auto t = training(R"({"global_batch_size": 64, "seq_length": 2048, "precision": "fp8"})");
+  ASSERT_TRUE(t.has_value()) << t.error().to_string();
+  EXPECT_EQ(t->precision, Dtype::kBf16);
+  EXPECT_EQ(t->fp8, Fp8Recipe::kTensorwise);
+  EXPECT_TRUE(t->fp8_training());
+  EXPECT_EQ(precision_name(*t), "fp8 (tensorwise)");
+  auto d = training(R"({"global_batch_size": 64, "seq_length": 2048, "precision": "fp8", "fp8_recipe": "blockwise",
+                        "grad_dtype": "bf16"})");
+  ASSERT_TRUE(d.has_value()) << d.error().to_string();
+  EXPECT_EQ(d->fp8, Fp8Recipe::kBlockwise);
+  EXPECT_EQ(d->grad_dtype, Dtype::kBf16);
+  const Json j = training_to_json(*d);
+  EXPECT_EQ(j.at("precision"), "fp8");
+  EXPECT_EQ(j.at("fp8_recipe"), "blockwise");
+  EXPECT_EQ(*training_from_json(j, "training"), *d);
+  auto b = training(R"({"global_batch_size": 64, "seq_length": 2048})");
+  EXPECT_FALSE(b->fp8_training());
+  EXPECT_FALSE(training_to_json(*b).contains("fp8_recipe"));
+  EXPECT_EQ(dtype_bytes(Dtype::kFp8), 1);
 }
 
 TEST(Training, LoadFromFile) {

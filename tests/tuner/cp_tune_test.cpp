@@ -67,7 +67,9 @@ TEST(CpTune, LongSequenceGetsContextParallelismWithoutOffload) {
     }
     const auto with_cp = std::find_if(r->best.begin(), r->best.end(), [](const auto& b) { return b.plan.cp > 1; });
     ASSERT_NE(with_cp, r->best.end()) << engines::to_string(e);
-    if (e == engines::Engine::kMegatron) EXPECT_GT(r->best[0].plan.cp, 1);
+    if (e == engines::Engine::kMegatron) {
+      EXPECT_GT(r->best[0].plan.cp, 1);
+    }
     const auto& p = with_cp->plan;
     auto exported = engines::export_plan(e, {m, c, t, p, {}});
     ASSERT_TRUE(exported && exported->exported) << engines::to_string(e);

@@ -1,0 +1,124 @@
+// FP8 training in the lowering, the time model and the memory model: the blocks' linears run their
+// GEMMs on FP8 operands after casts of their own; Transformer Engine keeps their inputs for backward
+// as FP8 copies and caches the weights' FP8 copies, torchao keeps the bf16 inputs; GPUs without FP8
+// tensor cores refuse it.
+#include <gtest/gtest.h>
+
+#include "analysis/prepared_job.hpp"
+#include "hardware/op_cost.hpp"
+#include "test_jobs.hpp"
+#include "../common/expect.hpp"
+
+namespace mist::analysis {
+namespace {
+
+using mist::testing::cluster;
+using mist::testing::expect_error;
+using mist::testing::memory_of;
+using mist::testing::time_of;
+
+double term(const StageMemory& s, std::string_view name) { return mist::testing::memory_term(s, name); }
+
+spec::TrainingSpec fp8(spec::Fp8Recipe r = spec::Fp8Recipe::kTensorwise) {
+  auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
+  t.fp8 = r;
+  return t;
+}
+
+plan::Plan llama_plan(int64_t dp, int64_t tp) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  plan::StagePlan st;
+  st.zero = 1;
+  auto p = plan::uniform_plan(m, dp, tp, 1, 1, 64 / dp, st);
+  p.sequence_parallel = tp > 1;
+  return p;
+}
+
+const graph::Op& op_named(const graph::Layer& L, std::string_view name) {
+  for (const auto& op : L.ops)
+    if (op.name == name) return op;
+  ADD_FAILURE() << "no op " << name;
+  return L.ops.front();
+}
+
+// Which ops are FP8: the block's linears, not the LM head; with Transformer Engine the saved input
+// of a linear is its one-byte copy, with torchao the bf16 input itself.
+TEST(Fp8, LinearsOfTheBlocksOnly) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  const auto c = cluster("H100-SXM5-80GB", 1, 8);
+  auto te = *PreparedJob::create(m, c, fp8(), {});
+  const auto* L = *te.lowering(llama_plan(8, 1));
+  const auto& qkv = op_named(L->model.block, "attn.qkv");
+  EXPECT_TRUE(qkv.fp8);
+  EXPECT_FALSE(op_named(L->model.head, "lm_head").fp8);
+  EXPECT_FALSE(op_named(L->model.block, "attn.core").fp8);
+  ASSERT_EQ(qkv.saved.size(), 1u);
+  const auto& kept = L->model.block.tensors[qkv.saved[0]];
+  EXPECT_EQ(kept.name, "attn.qkv.input_fp8");
+  sym::Bindings at = L->model.dims;
+  at["b"] = 1;
+  at["t"] = 1;
+  EXPECT_DOUBLE_EQ(*sym::evaluate(kept.bytes, at), 4096.0 * 4096);  // s·h elements, one byte each
+  // torchtitan (torchao's Float8Linear): the input itself is kept, the weights are cast each pass.
+  auto ao = *PreparedJob::create(m, c, fp8(spec::Fp8Recipe::kRowwise), {}, {}, spec::Engine::kTorchtitan);
+  const auto* A = *ao.lowering(llama_plan(8, 1));
+  const auto& wq = op_named(A->model.block, "attn.wq");
+  EXPECT_TRUE(wq.fp8);
+  EXPECT_EQ(A->model.block.tensors[wq.saved[0]].name, "ln1.out");
+  EXPECT_GT(*sym::evaluate(wq.fp8_cast_fwd, at), 6 * 4096.0 * 4096);  // input casts plus the weight's
+}
+
+// Time: an FP8 GEMM runs at the FP8 peak at the same achievable fraction, after its casts; the
+// block is faster than in bf16 but less than twice as fast.
+TEST(Fp8, GemmsAtTheFp8RateAfterTheirCasts) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  const auto c = cluster("H100-SXM5-80GB", 1, 8);
+  auto bf = *PreparedJob::create(m, c, mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false), {});
+  auto f8 = *PreparedJob::create(m, c, fp8(), {});
+  const auto p = llama_plan(8, 1);
+  const auto a = *block_op_times(bf, p, "mlp.gate_up");
+  const auto b = *block_op_times(f8, p, "mlp.gate_up");
+  EXPECT_LT(b.fwd, 0.75 * a.fwd);
+  EXPECT_GT(b.fwd, 0.5 * a.fwd);
+  const auto* L = *f8.lowering(p);
+  sym::Bindings at = L->model.dims;
+  at["b"] = 1;
+  at["t"] = 1;
+  const auto kernels = hardware::op_kernels(op_named(L->model.block, "mlp.gate_up"), at, spec::Dtype::kBf16,
+                                            hardware::Pass::kForward);
+  ASSERT_EQ(kernels.size(), 2u);  // the cast, then the GEMM
+  EXPECT_TRUE(std::holds_alternative<hardware::StreamKernel>(kernels[0]));
+  EXPECT_EQ(std::get<hardware::GemmKernel>(kernels[1]).dtype, spec::Dtype::kFp8);
+  const auto t_bf = *time_of(m, c, bf.training(), p), t_f8 = *time_of(m, c, f8.training(), p);
+  EXPECT_LT(t_f8.iteration_time_s, 0.85 * t_bf.iteration_time_s);
+  EXPECT_GT(t_f8.iteration_time_s, 0.5 * t_bf.iteration_time_s);
+}
+
+// Memory: Transformer Engine's FP8 weight copies (2 bytes per FP8 linear parameter) on top of the
+// bf16 weights, and fewer saved activation bytes (the linears' inputs in one byte).
+TEST(Fp8, WeightCopiesAndOneByteInputs) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  const auto c = cluster("H100-SXM5-80GB", 1, 8);
+  const auto p = llama_plan(8, 1);
+  const auto bf = *memory_of(m, c, mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false), p);
+  const auto f8 = *memory_of(m, c, fp8(), p);
+  const double copies = term(f8.stages[0], "fp8_weight_copies");
+  // 32 blocks of qkv, proj, gate_up and down: 32 · (4096·6144 + 4096·4096 + 4096·28672 + 14336·4096).
+  EXPECT_DOUBLE_EQ(copies, 2.0 * 32 * (4096.0 * 6144 + 4096.0 * 4096 + 4096.0 * 28672 + 14336.0 * 4096));
+  EXPECT_LT(term(f8.stages[0], "activations"), term(bf.stages[0], "activations"));
+  EXPECT_DOUBLE_EQ(term(f8.stages[0], "weights"), term(bf.stages[0], "weights"));
+}
+
+// A GPU without FP8 tensor cores refuses it, naming the field; mxfp8 needs Blackwell.
+TEST(Fp8, RefusedWhereTheGpuHasNoFp8) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  expect_error(plan::validate_training(m, cluster("A100-SXM4-80GB", 1, 8), fp8()), "training.precision",
+               "no FP8 tensor cores");
+  expect_error(plan::validate_training(m, cluster("H100-SXM5-80GB", 1, 8), fp8(spec::Fp8Recipe::kMxfp8)),
+               "training.fp8_recipe", "Blackwell");
+  EXPECT_TRUE(plan::validate_training(m, cluster("H100-SXM5-80GB", 1, 8), fp8()).has_value());
+  EXPECT_TRUE(plan::validate_training(m, cluster("B200-SXM-180GB", 1, 8), fp8(spec::Fp8Recipe::kMxfp8)).has_value());
+}
+
+}  // namespace
+}  // namespace mist::analysis
