@@ -86,10 +86,14 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   const Expr A_blk_b = selective ? M.block.saved_selective : M.block.saved;
   const Expr fwd_blk_b = selective ? M.block.fwd_peak_selective : M.block.fwd_peak;
   const Expr bwd_blk_b = selective ? M.block.bwd_peak_selective : M.block.bwd_peak;
-  const Expr X_blk = sym::max(sym::max(fwd_blk_b, bwd_blk_b) - A_blk_b,
+  // A layer's forward peak leaves its input out (liveness.hpp), which is live all the while (the
+  // residual reads it) and which its saved bytes count when an op keeps it: the forward's live set
+  // is input + fwd_peak. (The CPU executor's context-parallel blocks, whose ring attention makes
+  // the forward the peak, measured the input missing before, 2026-12-02.)
+  const Expr X_blk = sym::max(sym::max(M.block.input + fwd_blk_b, bwd_blk_b) - A_blk_b,
                               sym::min(c, Expr(1.0)) * (M.block.bwd_peak_recomputed - M.block.input));
-  const Expr X_head = H * (sym::max(M.head.fwd_peak, M.head.bwd_peak) - M.head.saved);
-  const Expr X_emb = E * (sym::max(M.embedding.fwd_peak, M.embedding.bwd_peak) - M.embedding.saved);
+  const Expr X_head = H * (sym::max(M.head.input + M.head.fwd_peak, M.head.bwd_peak) - M.head.saved);
+  const Expr X_emb = E * (sym::max(M.embedding.input + M.embedding.fwd_peak, M.embedding.bwd_peak) - M.embedding.saved);
 
   const Expr P_max = sym::max({bound(P_blk, dims), E * bound(P_emb, dims), H * bound(P_head, dims)});
   const double n_saved = M.block.saved_tensor_count;

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "executor/functions.hpp"
+#include "executor/attention_internal.hpp"
 #include "executor/functions_internal.hpp"
 #include "executor/kernels.hpp"
 #include "executor/tracking_allocator.hpp"
@@ -17,18 +18,6 @@ namespace {
 
 using namespace detail;
 
-// Head `hd` of sequence `bi` of x [s, b, heads·d]: a [s, d] view with row stride b·width.
-at::Tensor head(const at::Tensor& x, int64_t bi, int64_t hd, int64_t d) {
-  return x.select(1, bi).narrow(1, hd * d, d);
-}
-
-const AttnDims* dims_of(AutogradContext* ctx) { return saved_ptr<AttnDims>(ctx, "dims"); }
-void keep(AutogradContext* ctx, const AttnDims* d, int64_t op) {
-  ctx->set_materialize_grads(false);
-  ctx->saved_data["dims"] = as_int(d);
-  ctx->saved_data["op"] = op;
-}
-int op_of(AutogradContext* ctx) { return static_cast<int>(ctx->saved_data["op"].toInt()); }
 
 // Out-of-place rotary on q and k (Megatron's apply_rotary_pos_emb): saves nothing but the
 // constant cos/sin tables.
@@ -169,16 +158,6 @@ struct PvFn : torch::autograd::Function<PvFn> {
     return {gp, gv, at::Tensor(), at::Tensor()};
   }
 };
-
-constexpr int64_t kTile = 64;  // query rows per flash-attention tile
-
-// Scores of query rows [r0, r0 + n) against keys [0, r0 + n), scaled and causally masked.
-at::Tensor tile_scores(const at::Tensor& qf, const at::Tensor& kf, int64_t r0, int64_t n, double scale) {
-  auto sc = at::mm(qf.narrow(0, r0, n), kf.narrow(0, 0, r0 + n).t()).mul_(scale);
-  auto diag = sc.narrow(1, r0, n);
-  diag.masked_fill_(at::ones({n, n}, sc.options().dtype(at::kBool)).triu_(1), -std::numeric_limits<float>::infinity());
-  return sc;
-}
 
 // Flash attention: saves q, k, v, the output and the fp32 log-sum-exp. All tiles and fp32 copies
 // live in workspace (on a GPU they stay in on-chip memory).

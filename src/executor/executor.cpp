@@ -50,7 +50,8 @@ std::unique_ptr<LayerBase> make_layer(const BlockRun& r, at::ScalarType dtype) {
 // The layer's input (token ids for the embedding, activations otherwise) and the gradient of its
 // output (fp32 per-token loss gradients for the head).
 std::pair<at::Tensor, at::Tensor> inputs(const BlockRun& r, at::ScalarType dtype) {
-  const int64_t s = r.seq_length, b = r.micro_batch, h = r.model.hidden_size;
+  // A context-parallel rank holds seq_length/cp tokens (cp > 1 runs blocks only).
+  const int64_t s = r.seq_length / r.cp, b = r.micro_batch, h = r.model.hidden_size;
   auto act = [&] { return at::randn({s, b, h}, at::kFloat).to(dtype); };
   switch (r.layer) {
     case graph::LayerKind::kEmbedding:
@@ -69,6 +70,15 @@ Result<void> check_run(const BlockRun& r) {
     return fail("run.dtype", "the CPU executor runs fp32 or bf16 (LibTorch 1.13 has no fp16 CPU matmul)");
   if (r.seq_length < 1 || r.micro_batch < 1) return fail("run", "seq_length and micro_batch must be >= 1");
   if (r.micro_batches < 1) return fail("run.micro_batches", "must be >= 1");
+  if (r.cp < 1) return fail("run.cp", "must be >= 1");
+  if (r.cp > 1) {
+    if (r.layer != graph::LayerKind::kBlock) return fail("run.cp", "context parallelism runs transformer blocks only");
+    if (!r.flash_attention)
+      return fail("run.cp", "context parallelism needs flash attention (run.flash_attention): the K/V ring runs "
+                            "inside the fused attention kernel");
+    if (r.seq_length % (2 * r.cp) != 0)
+      return fail("run.cp", "cp splits each sequence into 2·cp load-balanced chunks: 2·cp must divide seq_length");
+  }
   if (r.layer != graph::LayerKind::kBlock && r.checkpoint != CheckpointMode::kNone)
     return fail("run.checkpoint", "only blocks are checkpointed");
   if (r.layer == graph::LayerKind::kEmbedding && m.positions == spec::Positions::kLearned &&

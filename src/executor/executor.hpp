@@ -5,6 +5,8 @@
 // sees every byte).
 //
 // Tensor parallelism is 1 (no collectives on one CPU), hence no sequence parallelism either.
+// Context parallelism runs one rank of the ring (BlockRun::cp): its tokens, and the K/V blocks,
+// per-step outputs and ring buffers it holds, with the blocks other ranks would send drawn here.
 // Only this header is needed to use the executor; LibTorch stays inside its .cpp files.
 #pragma once
 
@@ -33,6 +35,14 @@ struct BlockRun {
   CheckpointMode checkpoint = CheckpointMode::kNone;  // blocks only
   bool flash_attention = false;
   bool dropout = false;
+  // Context parallelism (blocks with flash attention; 2·cp divides seq_length): the block runs as
+  // the last of cp ranks (r = cp−1, the rank mist's memory model bounds), on its seq_length/cp
+  // tokens (sequence chunks r and 2·cp−1−r, with their rotary positions), its attention a ring of
+  // cp steps as Transformer Engine's AttnFuncWithCPAndKVP2P: step 0 over its own K/V (causal),
+  // each later step all its queries against the first half of another rank's K/V block. The
+  // blocks received are drawn here (the same in every pass, no gradient flows to them); the
+  // dK/dV of them that would travel back stay on this rank.
+  int64_t cp = 1;
   int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
   int timing_reps = 0;    // timed forward+backward repetitions after the step, op by op
   // Further timed repetitions of the whole layer with no per-op timing; when > 0 the "block" times

@@ -47,6 +47,7 @@ struct NormParams {
 struct AttnDims {
   int64_t heads = 0, groups = 0, head_dim = 0;  // a, g, h/a
   double scale = 1.0;                           // 1/sqrt(head_dim)
+  int64_t cp = 1;                               // context parallelism: ring_flash_attention's steps
 };
 
 at::Tensor linear(at::Tensor x, const LinearParams& p, int op);
@@ -70,6 +71,15 @@ at::Tensor pv(at::Tensor p, at::Tensor v, const AttnDims& d, int op);
 // as tiles (workspace), recomputed in backward.
 at::Tensor flash_attention(at::Tensor q, at::Tensor k, at::Tensor v,
                            const AttnDims& d, int op);
+// The last rank (r = cp−1) of context-parallel flash attention over d.cp > 1 ranks, as Transformer
+// Engine's AttnFuncWithCPAndKVP2P with graph/lower.cpp's accounting (ring_attention_core): q, k, v
+// hold the rank's s/cp tokens, which for the last rank are contiguous (chunks cp−1 and cp). Saves
+// what flash_attention saves. Forward: cp K/V blocks (a copy of the local k and v, then cp − 1
+// received: drawn, the same in every call) and each step's output and fp32 log-sum-exp, combined
+// into the output and freed. Backward: two double buffers of K/V + dK/dV (4 blocks) and, per step,
+// a partial dq and dK/dV. Step 0 attends causally over the local keys, step i > 0 all local
+// queries to the first half (an earlier chunk) of block i.
+at::Tensor ring_flash_attention(at::Tensor q, at::Tensor k, at::Tensor v, const AttnDims& d, int op);
 
 // Embedding and head ops (embedding_head.cpp).
 // Vocab lookup of tokens [s, b] in table.w [V, h]: saves the token ids; the table's gradient is

@@ -1,4 +1,4 @@
-// Shared by functions.cpp and attention.cpp: the op timer and helpers for custom Functions.
+// Shared by functions.cpp, attention.cpp and ring_attention.cpp: the op timer and helpers for custom Functions.
 #pragma once
 
 #include <chrono>

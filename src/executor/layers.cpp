@@ -17,11 +17,14 @@ Block::Block(const BlockRun& r, at::ScalarType dtype) : LayerBase(r, dtype) {
   dims_.groups = m.num_kv_heads;
   dims_.head_dim = m.hidden_size / m.num_heads;
   dims_.scale = 1.0 / std::sqrt(static_cast<double>(dims_.head_dim));
+  dims_.cp = r.cp;
   if (m.positions == spec::Positions::kRotary) {
-    // cos/sin of position·base^(-2i/d), i < d/2: constants, like Megatron's rotary buffers.
+    // cos/sin of position·base^(-2i/d), i < d/2: constants, like Megatron's rotary buffers. Under
+    // context parallelism the last rank's positions: chunks cp−1 and cp of the 2·cp, contiguous.
     const int64_t half = dims_.head_dim / 2;
+    const int64_t first = (r.cp - 1) * (r.seq_length / (2 * r.cp)), local = r.seq_length / r.cp;
     auto inv = at::pow(kRopeBase, at::arange(0, half, at::kDouble).mul_(-2.0 / dims_.head_dim));
-    auto angle = at::outer(at::arange(0, r.seq_length, at::kDouble), inv);
+    auto angle = at::outer(at::arange(first, first + local, at::kDouble), inv);
     cos_ = angle.cos().to(at::kFloat);
     sin_ = angle.sin().to(at::kFloat);
   }
@@ -133,6 +136,7 @@ at::Tensor LayerBase::maybe_dropout(at::Tensor x, const char* name) {
 }
 
 at::Tensor Block::core(at::Tensor q, at::Tensor k, at::Tensor v) {
+  if (run_.cp > 1) return ops::ring_flash_attention(std::move(q), std::move(k), std::move(v), dims_, id("attn.core"));
   if (run_.flash_attention) return ops::flash_attention(std::move(q), std::move(k), std::move(v), dims_, id("attn.core"));
   if (dims_.groups != dims_.heads) std::tie(k, v) = ops::expand_kv(std::move(k), std::move(v), dims_, id("attn.expand_kv"));
   auto scores = ops::qk(std::move(q), std::move(k), dims_, id("attn.qk"));

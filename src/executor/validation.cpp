@@ -223,7 +223,11 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   stage.ckpt_layers = r.checkpoint == CM::kFull ? 1 : 0;
   auto p = plan::uniform_plan(m, 1, 1, 1, r.micro_batch, 1, stage);
   p.recompute = r.checkpoint == CM::kSelective ? plan::Recompute::kSelective : plan::Recompute::kNone;
-  MIST_TRY(auto job, analysis::PreparedJob::create(m, cpu_cluster(), t));
+  // One rank of a context-parallel group: a plan of cp GPUs (dp = tp = pp = 1), its CP lowering.
+  p.cp = r.cp;
+  auto cluster = cpu_cluster();
+  cluster.gpus_per_node = r.cp;
+  MIST_TRY(auto job, analysis::PreparedJob::create(m, cluster, t));
   MIST_TRY(auto pred, analysis::predict(job, p));
   const auto& st = pred.memory.stages.at(0);
   BlockPrediction out;
@@ -239,7 +243,7 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   out.optimizer_states = analysis::optimizer_bytes_per_param(t) * P;
 
   // The peak of one block alone: a one-block stage without embedding or head, one micro-batch.
-  MIST_TRY(const analysis::Lowering* lowering, job.lowering(false, p.recompute));
+  MIST_TRY(const analysis::Lowering* lowering, job.lowering(p));
   const auto& lm = lowering->model;
   const auto& M = lowering->memory;
   sym::Bindings k = lm.dims;
@@ -249,6 +253,7 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   k["t"] = k["d"] = k["l"] = k["p"] = 1.0;
   k["zw"] = k["zg"] = k["zo"] = 1.0;
   k["c"] = static_cast<double>(stage.ckpt_layers);
+  k["cp"] = static_cast<double>(r.cp);
   auto eval = [&](const sym::Expr& e, const char* what) -> Result<double> {
     auto v = sym::evaluate(e, k);
     if (!v) return fail(std::string("prediction.") + what, v.error().to_string());
@@ -362,6 +367,9 @@ std::vector<allocator::Event> accumulate_in_place(const std::vector<allocator::E
 }
 
 Result<BlockTimePrediction> predict_block_time(const BlockRun& r, const std::vector<profile::Measurement>& rows) {
+  // The memory of a context-parallel rank is checked (predict_block); its time is not: the
+  // profile rows name no cp (profile_rows) and the time model would add a ring this CPU never runs.
+  if (r.cp != 1) return fail("run.cp", "the time check runs without context parallelism");
   spec::ModelSpec m = r.model;
   m.num_layers = 1;
   plan::StagePlan stage;

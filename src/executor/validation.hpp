@@ -44,6 +44,8 @@ struct BlockPrediction {
   graph::LayerTrace trace;
   double input_bytes = 0, output_bytes = 0;
 };
+// With r.cp > 1: one rank of a context-parallel group, from a plan with cp = r.cp on cp GPUs
+// (dp = tp = pp = 1) and its lowering (PreparedJob::lowering(plan): s/cp tokens and the K/V ring).
 Result<BlockPrediction> predict_block(const BlockRun& r);
 
 // mist's sequence over the window the executor records (BlockMeasurement::recorded): the input
@@ -71,6 +73,7 @@ struct BlockTimePrediction {
   double forward = 0, backward = 0;  // seconds
   profile::SourceCounts sources;     // where the layer's op times came from
 };
+// Runs without context parallelism only (r.cp = 1; profile rows name no cp).
 Result<BlockTimePrediction> predict_block_time(const BlockRun& r, const std::vector<profile::Measurement>& rows);
 
 struct TermCheck {

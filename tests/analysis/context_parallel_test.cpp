@@ -14,9 +14,9 @@ namespace {
 
 using mist::testing::cluster;
 using mist::testing::memory_of;
+using mist::testing::memory_term;
+using mist::testing::op_named;
 using mist::testing::time_of;
-
-double term(const StageMemory& s, std::string_view name) { return mist::testing::memory_term(s, name); }
 
 // Llama-3-8B on one node of 8 H100 at a long sequence.
 struct LongJob {
@@ -33,13 +33,6 @@ struct LongJob {
     return p;
   }
 };
-
-const graph::Op& op_named(const graph::Layer& L, std::string_view name) {
-  for (const auto& op : L.ops)
-    if (op.name == name) return op;
-  ADD_FAILURE() << "no op " << name;
-  return L.ops.front();
-}
 
 // The lowering: each rank's block keeps 1/cp of what a rank without CP keeps, the attention does
 // 1/cp of its FLOPs, and the ring exchanges the local K and V (cp − 1 steps) in forward and K/V
@@ -93,14 +86,14 @@ TEST(ContextParallel, ActivationsFallAndZeroShardsOverDpTimesCp) {
   const auto b = *memory_of(j.m, j.c, j.t, j.plan(1, 1, 8, 1));
   const auto& s1 = a.stages[0];
   const auto& s8 = b.stages[0];
-  EXPECT_NEAR(term(s8, "activations"), term(s1, "activations") / 8, 0.01 * term(s1, "activations") / 8);
-  EXPECT_NEAR(term(s8, "optimizer_states"), term(s1, "optimizer_states"), 1e-6 * term(s1, "optimizer_states"));
-  EXPECT_DOUBLE_EQ(term(s8, "weights"), term(s1, "weights"));
+  EXPECT_NEAR(memory_term(s8, "activations"), memory_term(s1, "activations") / 8, 0.01 * memory_term(s1, "activations") / 8);
+  EXPECT_NEAR(memory_term(s8, "optimizer_states"), memory_term(s1, "optimizer_states"), 1e-6 * memory_term(s1, "optimizer_states"));
+  EXPECT_DOUBLE_EQ(memory_term(s8, "weights"), memory_term(s1, "weights"));
   // tp 2 · cp 4 · dp 1: ZeRO over 4 ranks, not 1.
   const auto c = *memory_of(j.m, j.c, j.t, j.plan(1, 2, 4, 1));
   const auto d = *memory_of(j.m, j.c, j.t, j.plan(4, 2, 1, 1));
-  EXPECT_NEAR(term(c.stages[0], "optimizer_states"), term(d.stages[0], "optimizer_states"),
-              1e-6 * term(d.stages[0], "optimizer_states"));
+  EXPECT_NEAR(memory_term(c.stages[0], "optimizer_states"), memory_term(d.stages[0], "optimizer_states"),
+              1e-6 * memory_term(d.stages[0], "optimizer_states"));
 }
 
 // Time: at 32K tokens on NVLink the ring hides under the attention (a few percent exposed at

@@ -15,9 +15,9 @@ namespace {
 using mist::testing::cluster;
 using mist::testing::expect_error;
 using mist::testing::memory_of;
+using mist::testing::memory_term;
+using mist::testing::op_named;
 using mist::testing::time_of;
-
-double term(const StageMemory& s, std::string_view name) { return mist::testing::memory_term(s, name); }
 
 spec::TrainingSpec fp8(spec::Fp8Recipe r = spec::Fp8Recipe::kTensorwise) {
   auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
@@ -32,13 +32,6 @@ plan::Plan llama_plan(int64_t dp, int64_t tp) {
   auto p = plan::uniform_plan(m, dp, tp, 1, 1, 64 / dp, st);
   p.sequence_parallel = tp > 1;
   return p;
-}
-
-const graph::Op& op_named(const graph::Layer& L, std::string_view name) {
-  for (const auto& op : L.ops)
-    if (op.name == name) return op;
-  ADD_FAILURE() << "no op " << name;
-  return L.ops.front();
 }
 
 // Which ops are FP8: the block's linears, not the LM head; with Transformer Engine the saved input
@@ -102,11 +95,11 @@ TEST(Fp8, WeightCopiesAndOneByteInputs) {
   const auto p = llama_plan(8, 1);
   const auto bf = *memory_of(m, c, mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false), p);
   const auto f8 = *memory_of(m, c, fp8(), p);
-  const double copies = term(f8.stages[0], "fp8_weight_copies");
+  const double copies = memory_term(f8.stages[0], "fp8_weight_copies");
   // 32 blocks of qkv, proj, gate_up and down: 32 · (4096·6144 + 4096·4096 + 4096·28672 + 14336·4096).
   EXPECT_DOUBLE_EQ(copies, 2.0 * 32 * (4096.0 * 6144 + 4096.0 * 4096 + 4096.0 * 28672 + 14336.0 * 4096));
-  EXPECT_LT(term(f8.stages[0], "activations"), term(bf.stages[0], "activations"));
-  EXPECT_DOUBLE_EQ(term(f8.stages[0], "weights"), term(bf.stages[0], "weights"));
+  EXPECT_LT(memory_term(f8.stages[0], "activations"), memory_term(bf.stages[0], "activations"));
+  EXPECT_DOUBLE_EQ(memory_term(f8.stages[0], "weights"), memory_term(bf.stages[0], "weights"));
 }
 
 // A GPU without FP8 tensor cores refuses it, naming the field; mxfp8 needs Blackwell.

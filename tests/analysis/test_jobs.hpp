@@ -53,6 +53,14 @@ inline double memory_term(const analysis::StageMemory& s, std::string_view name)
   return 0;
 }
 
+// The op of layer `L` named `name` (a test failure, and the first op, when there is none).
+inline const graph::Op& op_named(const graph::Layer& L, std::string_view name) {
+  for (const auto& op : L.ops)
+    if (op.name == name) return op;
+  ADD_FAILURE() << "no op " << name;
+  return L.ops.front();
+}
+
 // The one entry point (analysis::predict) on a job prepared without calibration files.
 inline Result<analysis::Prediction> predict(const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                             const spec::TrainingSpec& t, const plan::Plan& p,
