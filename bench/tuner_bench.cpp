@@ -7,6 +7,10 @@
 //   MoE/qwen3-30b-a3b/2x8xH100      GBS 1024, s 4096, bf16 (issue 16: 5 s), the full space and
 //                                    --engine megatron's; ep and etp searched with dp, tp, pp
 //   MoE/mixtral-8x7b/2x8xH100        GBS 256, s 4096, bf16, the same two spaces
+//   MoE/gpt-oss-120b/8x8xH100        GBS 1280, s 4096, bf16 (Megatron-Bridge's row), the same two spaces
+//   LongContext/llama3-8b-s131072/1x8xH100  GBS 8, bf16 (issue 17): cp searched with tp, dp, pp;
+//                                    the full space and --engine megatron's
+//   Large/llama3-70b-s32768/4x8xH100 GBS 64, bf16, the full space with cp (46 s)
 // The Large ones take minutes and run only when asked for (scripts/bench.sh --large).
 // Counters: layouts, stage settings costed, settings that fit, the best plan's predicted
 // iteration time (0 when nothing fits).
@@ -74,7 +78,25 @@ void register_all() {
     benchmark::RegisterBenchmark((std::string("MoE/mixtral-8x7b/2x8xH100") + name).c_str(),
                                  [=](benchmark::State& s) { tune_job(s, mixtral, h100, t256, e); })
         ->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+    const auto gpt_oss = model("gpt-oss-120b");
+    const auto h100x64 = cluster("H100-SXM5-80GB", 8, 8);
+    const auto t1280 = training(1280, 4096, spec::Dtype::kBf16);
+    benchmark::RegisterBenchmark((std::string("MoE/gpt-oss-120b/8x8xH100") + name).c_str(),
+                                 [=](benchmark::State& s) { tune_job(s, gpt_oss, h100x64, t1280, e); })
+        ->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
   }
+  for (auto [name, engine] : {std::pair{"", std::optional<engines::Engine>()},
+                              std::pair{"/megatron", std::optional<engines::Engine>(engines::Engine::kMegatron)}}) {
+    const auto m = model("llama3-8b");
+    const auto c = cluster("H100-SXM5-80GB", 1, 8);
+    const auto t = training(8, 131072, spec::Dtype::kBf16);
+    const std::optional<engines::Engine> e = engine;
+    benchmark::RegisterBenchmark((std::string("LongContext/llama3-8b-s131072/1x8xH100") + name).c_str(),
+                                 [=](benchmark::State& s) { tune_job(s, m, c, t, e); })
+        ->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+  }
+  add("Large/llama3-70b-s32768/4x8xH100", model("llama3-70b"), cluster("H100-SXM5-80GB", 4, 8),
+      training(64, 32768, spec::Dtype::kBf16));
   add("Large/llama2-70b/8x8xH100", model("llama2-70b"), cluster("H100-SXM5-80GB", 8, 8),
       training(1024, 4096, spec::Dtype::kBf16));
   add("Large/gpt3-175b/128x8xA100-80GB", model("gpt3-175b"), cluster("A100-SXM4-80GB", 128, 8),

@@ -91,6 +91,7 @@ Result<void> check_run(const BlockRun& r) {
   if (m.qk_norm || m.decoupled_head_dim())
     return fail(m.qk_norm ? "model.qk_norm" : "model.head_dim",
                 "the CPU executor runs attention with heads of hidden_size / num_heads and no q/k norms");
+  if (m.attention_sinks) return fail("model.attention_sinks", "the CPU executor's attention has no sinks yet");
   if (m.positions == spec::Positions::kRotary && m.head_dim() % 2 != 0)
     return fail("model.hidden_size", "rotary embeddings need an even head dimension");
   return {};

@@ -17,7 +17,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 62> kFlags{{
+constexpr std::array<FlagSpec, 68> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -80,6 +80,15 @@ constexpr std::array<FlagSpec, 62> kFlags{{
     {"--moe-shared-expert-gate", false},
     {"--kv-channels", true},
     {"--qk-layernorm", false},
+    // gpt-oss (Megatron-Bridge's gpt_oss_bridge.py provider at 067f987d): arguments.py:2384-2393
+    // and TransformerConfig's softmax_type (:170), glu_linear_offset (:231), activation_func_clamp_value
+    // (:235); --quick-geglu sets quick_gelu with a GLU (argument_utils.py:323).
+    {"--window-size", true},
+    {"--window-attn-skip-freq", true},
+    {"--softmax-type", true},
+    {"--quick-geglu", false},
+    {"--glu-linear-offset", true},
+    {"--activation-func-clamp-value", true},
 }};
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
@@ -136,6 +145,49 @@ Result<void> check_moe_flags(const Flags& f, const spec::ModelSpec& m) {
   return {};
 }
 
+// An import's attention window, sinks and activation against the model (gpt-oss's flags; a
+// model without them must not get them either).
+Result<void> check_gpt_oss_flags(const Flags& f, const spec::ModelSpec& m) {
+  const std::string window = m.windowed_layers() > 0 ? fmt::format("{},0", m.sliding_window - 1) : "";
+  auto given = f.string("--window-size");
+  std::string w = given.value_or("");
+  std::erase_if(w, [](char ch) { return ch == '(' || ch == ')' || ch == ' '; });
+  if (w != window)
+    return fail("--window-size", window.empty()
+                                     ? fmt::format("is \"{}\" but model {} attends over the whole sequence", w, m.name)
+                                     : fmt::format("is {} but model {} attends within a window of {} (--window-size {})",
+                                                   given ? "\"" + w + "\"" : "missing", m.name, m.sliding_window,
+                                                   window));
+  MIST_TRY(auto skip, f.integer("--window-attn-skip-freq", 1, int64_t{1} << 20));
+  if (!window.empty() && skip.value_or(0) != m.full_attention_interval)
+    return fail("--window-attn-skip-freq",
+                fmt::format("is {} but model {} {}", skip ? std::to_string(*skip) : "missing", m.name,
+                            m.full_attention_interval > 0
+                                ? fmt::format("attends fully every {} blocks", m.full_attention_interval)
+                                : std::string("windows every block")));
+  const std::string softmax = f.string("--softmax-type").value_or("vanilla");
+  if ((softmax == "learnable") != m.attention_sinks || (softmax != "vanilla" && softmax != "learnable"))
+    return fail("--softmax-type", fmt::format("is \"{}\" but model {} {}", softmax, m.name,
+                                              m.attention_sinks ? "has learned attention sinks (learnable)"
+                                                                : "has a plain softmax (vanilla)"));
+  if (f.has("--quick-geglu") != (m.swiglu_limit > 0))
+    return fail("--quick-geglu", fmt::format("model {} {}", m.name,
+                                             m.swiglu_limit > 0 ? "has gpt-oss's clamped GLU experts"
+                                                                : "has no quick-GELU GLU"));
+  if (m.swiglu_limit > 0) {
+    MIST_TRY(auto offset, f.number("--glu-linear-offset", 0, 1e9));
+    if (offset.value_or(0) != 1.0)
+      return fail("--glu-linear-offset", fmt::format("is {} but model {} adds 1 to the GLU's linear half",
+                                                     offset.value_or(0), m.name));
+    MIST_TRY(auto clamp, f.number("--activation-func-clamp-value", 0, 1e9));
+    if (clamp.value_or(0) != m.swiglu_limit)
+      return fail("--activation-func-clamp-value",
+                  fmt::format("is {} but model {} clamps at {}", clamp ? fmt::format("{}", *clamp) : "missing",
+                              m.name, m.swiglu_limit));
+  }
+  return {};
+}
+
 void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const spec::TrainingSpec& t) {
   add(o, "--num-layers", m.num_layers);
   add(o, "--hidden-size", m.hidden_size);
@@ -152,7 +204,21 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const s
   }
   add(o, "--max-position-embeddings", detail::position_embeddings(m, t));
   if (m.norm == spec::Norm::kRmsNorm) add(o, "--normalization", std::string("RMSNorm"));
-  if (m.mlp == spec::Mlp::kSwiGlu) add(o, "--swiglu");
+  if (m.swiglu_limit > 0) {
+    // gpt-oss's experts: (up + 1)·gate·sigmoid(1.702·gate), clamped: quick_gelu in a GLU with an
+    // offset of 1 on the linear half.
+    add(o, "--quick-geglu");
+    add(o, "--glu-linear-offset", std::string("1.0"));
+    add(o, "--activation-func-clamp-value", fmt::format("{}", m.swiglu_limit));
+  } else if (m.mlp == spec::Mlp::kSwiGlu) {
+    add(o, "--swiglu");
+  }
+  if (m.windowed_layers() > 0) {
+    // Megatron's window is (left, right) keys besides the query's own: HF's sliding_window − 1.
+    add(o, "--window-size", fmt::format("{},0", m.sliding_window - 1));
+    if (m.full_attention_interval > 0) add(o, "--window-attn-skip-freq", m.full_attention_interval);
+  }
+  if (m.attention_sinks) add(o, "--softmax-type", std::string("learnable"));
   if (m.positions == spec::Positions::kRotary) add(o, "--position-embedding-type", std::string("rope"));
   if (!m.tie_word_embeddings) add(o, "--untie-embeddings-and-output-weights");
   if (!m.linear_bias) add(o, "--disable-bias-linear");
@@ -287,6 +353,7 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   if (f.has("--qk-layernorm") != m.qk_norm)
     return fail("--qk-layernorm", fmt::format("model {} {} its queries and keys per head", m.name,
                                               m.qk_norm ? "normalises" : "does not normalise"));
+  MIST_CHECK(check_gpt_oss_flags(f, m));
 
   MIST_TRY(auto tp, f.integer("--tensor-model-parallel-size", 1, 1024));
   MIST_TRY(auto pp, f.integer("--pipeline-model-parallel-size", 1, 100000));

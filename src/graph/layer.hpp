@@ -83,7 +83,10 @@ struct Op {
   TpComm fwd_ring, bwd_ring;
   bool is_gemm = false;                     // linear or bmm: `gemm` holds its forward shape
   GemmShape gemm;
-  bool causal_attention = false;            // flash attention over a causal mask (half the blocks)
+  // Flash attention: the share of the full s×s score product its kernel computes (0.5 under a
+  // causal mask: it skips the tiles above the diagonal; less with a sliding window, averaged over
+  // the model's blocks: lower.cpp attention_work). fwd_flops and bwd_flops count the full product.
+  double attention_work = 1.0;
   // FP8 training: the op's GEMMs run on FP8 operands; the casts that quantize them move
   // fp8_cast_fwd bytes in forward and fp8_cast_bwd in backward (memory-bound kernels of their own).
   bool fp8 = false;

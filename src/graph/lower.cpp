@@ -176,7 +176,7 @@ int ring_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw) {
   int step_grads = B.tensor("attn.core.cp_step_grads", B.bytes(q) + kv_block, false);
   Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
   op.attention_core = true;
-  op.causal_attention = true;
+  op.attention_work = 0.5;  // causal (check_cp refuses context parallelism with a sliding window)
   op.fwd_temporaries = {blocks, partial};
   op.bwd_temporaries = {ring, step_grads};
   op.fwd_flops = 4 * sb(o) * s.s * qw / s.t;
@@ -192,8 +192,9 @@ int ring_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw) {
 // output), dropout (mask), context = p·v (saves p, v); GQA repeats k and v to all heads first, as
 // Megatron's DotProductAttention does. With flash attention: saves q, k, v, the output and the
 // fp32 log-sum-exp; no s² tensor exists.
-// `qw` is the query width a·d (h unless the model sets its own head size) and `d` the head size.
-int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const Expr& d) {
+// `qw` is the query width a·d (h unless the model sets its own head size) and `d` the head size;
+// `work` the share of the s×s product a flash kernel computes (attention_work).
+int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const Expr& d, double work) {
   const auto& o = B.o_;
   const auto& s = S();
   Expr heads = s.a / s.t;
@@ -204,7 +205,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const E
     int lse = B.tensor("attn.core.lse", s.b * heads * s.s * 4, false);
     Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
     op.attention_core = true;
-    op.causal_attention = true;  // decoder-only: the kernel skips blocks above the diagonal
+    op.attention_work = work;
     op.fwd_flops = 4 * s.b * s.s * s.s * qw / s.t;
     op.bwd_flops = 10 * s.b * s.s * s.s * qw / s.t;  // 2x the matmuls + recomputed q·kᵀ
     op.bytes_read = 3 * ctx_bytes;
@@ -254,7 +255,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const E
 
 // QKV projection, split into views, rotary embedding on q and k, GQA expansion (non-flash only),
 // attention core, output projection. Returns the output of the projection (before dropout).
-int attention(LayerBuilder& B, int x, const ModelSpec& m) {
+int attention(LayerBuilder& B, int x, const ModelSpec& m, double work) {
   const auto& o = B.o_;
   const auto& s = S();
   // Heads of size h/a (d in the symbols' terms), or of the model's own head size: then the query
@@ -330,7 +331,12 @@ int attention(LayerBuilder& B, int x, const ModelSpec& m) {
     k = ke;
     v = ve;
   }
-  int ctx = attention_core(B, q, k, v, qw, d);
+  int ctx = attention_core(B, q, k, v, qw, d, work);
+  if (m.attention_sinks) {
+    // gpt-oss's sinks: one learned logit per query head in the kernel's softmax (Megatron's
+    // --softmax-type learnable); parameters only, the kernel's work is the same.
+    B.last_op().params = B.last_op().params + s.a / s.t;
+  }
   if (o.copies_around_attention) {
     // output.transpose(1, 2).contiguous(): the kernel's (b, heads, s, d) layout copied to (b, s, h).
     int c = B.tensor("attn.core.contiguous", q_bytes);
@@ -389,7 +395,7 @@ int mlp(LayerBuilder& B, int x, const ModelSpec& m, const std::string& prefix, E
   return row_linear(B, prefix + ".fc2", y, width / s.t, m.linear_bias);
 }
 
-Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
+Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work) {
   LayerBuilder B("block", LayerKind::kBlock, o);
   Expr region_elems = sb(o) * S().h / region(o);
   int x = B.tensor("block.input", region_elems * w(o));
@@ -397,7 +403,7 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
     // Falcon: attention and MLP read the same normed input (or one norm each), one residual.
     int xa = norm(B, "ln_attn", x, m.norm, m);
     int xm = m.norms_per_block >= 2 ? norm(B, "ln_mlp", x, m.norm, m) : xa;
-    int ya = attention(B, xa, m);
+    int ya = attention(B, xa, m, work);
     int ym = mlp(B, xm, m, "mlp", S().f);
     int y = residual_add(B, "attn_mlp_sum", ya, ym);
     y = dropout(B, "dropout", y, region_elems);
@@ -405,7 +411,7 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o) {
     return B.done(x, out);
   }
   int x1 = norm(B, "ln1", x, m.norm, m);
-  int ya = attention(B, x1, m);
+  int ya = attention(B, x1, m, work);
   ya = dropout(B, "attn.dropout_out", ya, region_elems);
   int r1 = residual_add(B, "residual1", x, ya);
   int x2 = norm(B, "ln2", r1, m.norm, m);
@@ -542,13 +548,34 @@ void mark_selective_recompute(Layer& layer, SelectivePolicy policy) {
   }
 }
 
+// Of the full s×s score product, the share a flash attention kernel computes, as a mean over the
+// model's blocks (mist lowers one block for all of them; a stage holding an odd share of windowed
+// blocks is off by at most half a block's difference: docs/time-model.md). Full causal attention:
+// 1/2. A block with window w: the kernel runs each tile of T = 128 queries against every key tile
+// the band [i − w + 1, i] of its queries touches, its diagonal tile counted at half as in the
+// causal 1/2 (so the share is 1/2 again when w ≥ s).
+double attention_work(const spec::ModelSpec& m, int64_t seq) {
+  const int64_t windowed = seq > m.sliding_window ? m.windowed_layers() : 0;
+  if (windowed == 0) return 0.5;
+  constexpr int64_t T = 128;
+  const int64_t tiles = (seq + T - 1) / T;
+  double computed = 0;  // query tiles × key tiles
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int64_t first_key = std::max<int64_t>(0, j * T - m.sliding_window + 1);
+    computed += static_cast<double>(j - first_key / T + 1) - 0.5;
+  }
+  const double windowed_work = computed / (static_cast<double>(tiles) * static_cast<double>(tiles));
+  const double share = static_cast<double>(windowed) / static_cast<double>(m.num_layers);
+  return share * windowed_work + (1 - share) * 0.5;
+}
+
 LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringOptions& opts) {
   LoweredModel lm;
   lm.options = opts;
   lm.embedding = lower_embedding(m, opts);
   LoweringOptions block_opts = opts;
   if (opts.compiled_blocks) block_opts.eager_elementwise = false;
-  lm.block = lower_block(m, block_opts);
+  lm.block = lower_block(m, block_opts, attention_work(m, seq_length));
   lm.block.compiled = opts.compiled_blocks;
   LoweringOptions head_opts = opts;
   head_opts.fp8 = false;  // the LM head stays bf16 (Megatron's output layer is not a TE linear; torchtitan's

@@ -14,12 +14,14 @@ namespace {
 Expr constant(int64_t v) { return Expr(static_cast<double>(v)); }
 
 // The GEMMs of this rank's `experts` local experts in one grouped GEMM, `tokens` rows in all
-// (tokens / experts each under balanced routing); the weights are expert parameters.
-int grouped_linear(LayerBuilder& B, const std::string& name, int x, Expr tokens, Expr in, Expr out, Expr experts) {
+// (tokens / experts each under balanced routing); the weights are expert parameters. `bias`: each
+// local expert's bias (gpt-oss), added in the GEMM's epilogue.
+int grouped_linear(LayerBuilder& B, const std::string& name, int x, Expr tokens, Expr in, Expr out, Expr experts,
+                   Expr bias = Expr(0.0)) {
   const auto& o = B.o_;
   int y = B.tensor(name + ".out", tokens * out * w(o));
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
-  op.params = experts * in * out;
+  op.params = experts * (in * out + bias);
   op.expert = true;
   op.is_gemm = true;
   // TEGroupedLinear runs one cuBLAS GEMM per local expert over Transformer Engine's 4 compute
@@ -52,15 +54,15 @@ int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_by
   return y;
 }
 
-// A linear h -> `out` with its weight whole on every GPU (the router, the shared expert's gate),
-// on the rank's own tokens; keeps its input.
-int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr out) {
+// A linear h -> `out` with its weight (and bias) whole on every GPU (the router, the shared
+// expert's gate), on the rank's own tokens; keeps its input.
+int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr out, bool bias = false) {
   const auto& o = B.o_;
   const auto& s = S();
   const Expr local = sb(o) / region(o);
   int y = B.tensor(name + ".out", local * out * w(o));
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
-  op.params = s.h * out;
+  op.params = s.h * out + (bias ? out : Expr(0.0));
   op.is_gemm = true;
   op.gemm = {Expr(1.0), local, out, s.h};
   op.fwd_flops = 2 * local * s.h * out;
@@ -99,8 +101,8 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   }
 
   // Router (TopKRouter): a replicated h -> E linear on the rank's own tokens in the activation
-  // dtype (moe_router_dtype unset), keeping its input.
-  int logits = replicated_linear(B, "moe.router", x, E);
+  // dtype (moe_router_dtype unset), keeping its input; with linear_bias (gpt-oss) a bias per expert.
+  int logits = replicated_linear(B, "moe.router", x, E, m.linear_bias);
 
   // Top-k, then a softmax over the k chosen logits in fp32 (kept), scattered into dense [T, E]
   // probabilities and a boolean routing map; the scatter keeps its int64 indices.
@@ -173,7 +175,11 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
     tokens = sort_chunks("moe.sort_chunks", tokens, rows * s.h * w(o));
     row_probs = sort_chunks("moe.sort_chunks_probs", row_probs, rows * w(o));
   }
-  int fc1 = grouped_linear(B, "moe.experts.fc1", tokens, rows, s.h, 2 * fe / s.etp, local_experts);
+  // gpt-oss's experts carry biases (linear_bias): fc1's column-parallel one split over etp, fc2's
+  // row-parallel one whole on every rank, added after the reduction as a dense row-parallel bias.
+  const Expr fc1_bias = m.linear_bias ? 2 * fe / s.etp : Expr(0.0);
+  const Expr fc2_bias = m.linear_bias ? s.h : Expr(0.0);
+  int fc1 = grouped_linear(B, "moe.experts.fc1", tokens, rows, s.h, 2 * fe / s.etp, local_experts, fc1_bias);
   // SwiGLU weighted by each row's routing probability (WeightedSwiGLUFunction: the probabilities
   // multiply here, before fc2, not in the unpermutation): keeps its input and the probabilities.
   Expr act = rows * fe / s.etp;
@@ -183,7 +189,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   glu.bwd_flops = 10 * act;
   glu.bytes_read = 2 * act * w(o) + rows * w(o);
   glu.bytes_written = act * w(o);
-  int back = grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.etp, s.h, local_experts);
+  int back = grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.etp, s.h, local_experts, fc2_bias);
   if (sort) back = sort_chunks("moe.unsort_chunks", back, rows * s.h * w(o));
   if (o.expert_tensor_parallel) {
     const Expr full = rows * s.h * w(o);

@@ -45,9 +45,9 @@ std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spe
   }
   const double flops = value(bwd ? op.bwd_flops : op.fwd_flops);
   if (op.kind == graph::OpKind::kFlashAttention) {
-    // Under a causal mask the kernel skips the blocks above the diagonal: half the work.
-    const double causal = op.causal_attention ? 0.5 : 1.0;
-    if (causal * flops > 0) out.push_back(FlashKernel{causal * flops, bwd, d});
+    // Under a causal mask the kernel skips the tiles above the diagonal (half the work), and with
+    // a sliding window those left of the band (Op::attention_work).
+    if (op.attention_work * flops > 0) out.push_back(FlashKernel{op.attention_work * flops, bwd, d});
     return out;
   }
   // Everything else is memory-bound: the forward streams what it reads and writes; the backward

@@ -164,11 +164,11 @@ Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec
                 fmt::format("{} tokens exceed the {} rows of {}'s learned position table "
                             "(max_position_embeddings); a longer sequence needs a larger table, that is another model",
                             t.seq_length, m.max_position_embeddings, m.name));
-  if (m.sliding_window > 0 && t.seq_length > m.sliding_window)
-    return fail("training.seq_length",
-                fmt::format("{} tokens exceed {}'s sliding attention window of {}: mist models full causal "
-                            "attention, which is the same only while the sequence fits in the window",
-                            t.seq_length, m.name, m.sliding_window));
+  if (m.windowed_layers() > 0 && t.seq_length > m.sliding_window && !t.flash_attention)
+    return fail("training.flash_attention",
+                fmt::format("false, but {} tokens exceed {}'s sliding attention window of {}: the engines run the "
+                            "window only inside their fused attention kernels", t.seq_length, m.name,
+                            m.sliding_window));
   const auto& g = c.gpu;
   if (t.precision == spec::Dtype::kBf16 && g.bf16_flops <= 0)
     return fail("training.precision",
@@ -210,6 +210,12 @@ Result<void> check_experts(const spec::ModelSpec& m, int64_t tp_cp, int64_t dp, 
     return fail("plan.ep", fmt::format("ep = {} must divide the {} experts", ep, m.num_experts));
   if (m.moe_ffn_hidden_size % etp != 0)
     return fail("plan.etp", fmt::format("etp = {} must divide moe_ffn_hidden_size {}", etp, m.moe_ffn_hidden_size));
+  // Megatron-Core, which runs every mixture of experts mist plans, asserts expert_tensor_parallel_size
+  // == 1 with biased experts (add_bias_linear; TransformerConfig.__post_init__, d98e8a64
+  // transformer_config.py:2612).
+  if (m.linear_bias && etp != 1)
+    return fail("plan.etp", fmt::format("must be 1: {}'s experts carry biases, which Megatron-Core splits over no "
+                                        "expert tensor-parallel group", m.name));
   // Megatron's expert grid (etp × ep × expert data parallel) covers the same tp·cp·dp GPUs of a
   // stage as the attention's (parallel_state: the world size must be divisible by etp·ep·pp).
   if ((tp_cp * dp) % (ep * etp) != 0)
@@ -222,8 +228,11 @@ int64_t expert_dp(const Plan& p) { return std::max<int64_t>(1, p.tp * p.cp * p.d
 
 int64_t grad_dp(const Plan& p) { return p.dp * p.cp; }
 
-Result<void> check_cp(const spec::TrainingSpec& t, int64_t cp) {
+Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp) {
   if (cp == 1) return {};
+  if (m.windowed_layers() > 0 && t.seq_length > m.sliding_window)
+    return fail("plan.cp", fmt::format("cp = {} with {}'s sliding-window attention is not modelled (mist's ring "
+                                       "is the causal one of full attention)", cp, m.name));
   if (!t.flash_attention)
     return fail("plan.cp", fmt::format("cp = {} needs flash attention (training.flash_attention): the engines run "
                                        "the K/V ring inside their fused attention kernels", cp));
@@ -269,7 +278,7 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
                                     p.micro_batch_size, p.dp, p.grad_accum_steps, samples, t.global_batch_size));
   MIST_CHECK(check_tp(m, p.tp));
   MIST_CHECK(check_experts(m, p.tp * p.cp, p.dp, p.ep, p.etp));
-  MIST_CHECK(check_cp(t, p.cp));
+  MIST_CHECK(check_cp(m, t, p.cp));
   // Megatron-LM (validate_args) refuses MoE under tensor parallelism without sequence parallelism.
   if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
     return fail("plan.sequence_parallel", "a mixture of experts with tp > 1 needs sequence parallelism (as in Megatron)");

@@ -99,9 +99,10 @@ int64_t expert_dp(const Plan& p);
 // torchtitan's FSDP over dp_shard·cp. The one home of the rule for memory, time and the tuner.
 int64_t grad_dp(const Plan& p);
 // Context parallelism against the job: cp splits each sequence into 2·cp chunks and needs flash
-// attention (the engines run the K/V ring inside their fused attention); the error names plan.cp.
+// attention (the engines run the K/V ring inside their fused attention), and a model whose window
+// is shorter than the sequence is refused (mist's ring is the causal one); the error names plan.cp.
 // (Under sequence parallelism tp must also divide each CP rank's tokens: validate_plan.)
-Result<void> check_cp(const spec::TrainingSpec& t, int64_t cp);
+Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp);
 // Checks the training settings against the model and the GPU: the GPU supports the precision
 // (bf16 needs Ampere or later), and a learned position table has a row for every position of the
 // sequence (rotary positions have no table and no limit).

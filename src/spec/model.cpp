@@ -24,7 +24,8 @@ constexpr int64_t kMaxParameters = 1'000'000'000'000'000;  // 1e15
 constexpr int64_t kMaxExperts = 4096;
 
 constexpr std::string_view kHfTypes =
-    "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"falcon\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\"";
+    "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"falcon\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\", "
+    "\"gpt_oss\"";
 
 // Keys that configure experts in the Hugging Face configs of MoE models (Mixtral, Qwen-MoE,
 // DeepSeek, gpt-oss, OLMoE, DBRX). Under a dense model_type they mean the model is not the dense
@@ -86,7 +87,7 @@ Result<void> reject_expert_keys(const JsonFields& f, const std::string& type) {
     if (v.is_number() && v.get<double>() == 0) continue;  // some dense configs write 0 experts
     return fail(f.field_path(key),
                 fmt::format("configures experts, but model_type \"{}\" is a dense model; a mixture of "
-                            "experts needs its own model_type (mist reads \"mixtral\", \"qwen2_moe\" and \"qwen3_moe\")",
+                            "experts needs its own model_type (mist reads \"mixtral\", \"qwen2_moe\", \"qwen3_moe\" and \"gpt_oss\")",
                             type));
   }
   return {};
@@ -122,6 +123,16 @@ Result<int64_t> sliding_window(const JsonFields& f, const std::string& type) {
   return f.integer_or("sliding_window", 0, 1, kMaxPositions);
 }
 
+// LlamaConfig's names for the block count, the width and the heads (llama, mistral, qwen2, qwen3,
+// gpt_oss and their MoE forms).
+Result<void> read_layers_and_heads(const JsonFields& f, ModelSpec& m) {
+  MIST_TRY(m.num_layers, f.integer("num_hidden_layers", 1, kMaxLayers));
+  MIST_TRY(m.hidden_size, f.integer("hidden_size", 1, kMaxHidden));
+  MIST_TRY(m.num_heads, f.integer("num_attention_heads", 1, kMaxHidden));
+  MIST_TRY(m.num_kv_heads, f.integer_or("num_key_value_heads", m.num_heads, 1, kMaxHidden));
+  return {};
+}
+
 Result<ModelSpec> from_gpt2(const JsonFields& f, const std::string& what) {
   MIST_TRY(ModelSpec m, hf_common(f, what, "gpt"));
   MIST_TRY(m.num_layers, f.integer("n_layer", 1, kMaxLayers));
@@ -145,10 +156,7 @@ Result<ModelSpec> from_gpt2(const JsonFields& f, const std::string& what) {
 Result<ModelSpec> from_llama(const JsonFields& f, const std::string& what,
                              const std::string& type) {
   MIST_TRY(ModelSpec m, hf_common(f, what, "llama"));
-  MIST_TRY(m.num_layers, f.integer("num_hidden_layers", 1, kMaxLayers));
-  MIST_TRY(m.hidden_size, f.integer("hidden_size", 1, kMaxHidden));
-  MIST_TRY(m.num_heads, f.integer("num_attention_heads", 1, kMaxHidden));
-  MIST_TRY(m.num_kv_heads, f.integer_or("num_key_value_heads", m.num_heads, 1, kMaxHidden));
+  MIST_SPEC_CHECK(read_layers_and_heads(f, m));
   MIST_TRY(m.ffn_hidden_size, f.integer("intermediate_size", 1, kMaxFfn));
   // Rotary models have no position table; 2048 is LlamaConfig's default context.
   MIST_TRY(m.max_position_embeddings,
@@ -205,10 +213,7 @@ Result<ModelSpec> from_qwen2_moe(const JsonFields& f, const std::string& what) {
 // attention_bias.
 Result<ModelSpec> from_qwen3(const JsonFields& f, const std::string& what, const std::string& type) {
   MIST_TRY(ModelSpec m, hf_common(f, what, "llama"));
-  MIST_TRY(m.num_layers, f.integer("num_hidden_layers", 1, kMaxLayers));
-  MIST_TRY(m.hidden_size, f.integer("hidden_size", 1, kMaxHidden));
-  MIST_TRY(m.num_heads, f.integer("num_attention_heads", 1, kMaxHidden));
-  MIST_TRY(m.num_kv_heads, f.integer_or("num_key_value_heads", m.num_heads, 1, kMaxHidden));
+  MIST_SPEC_CHECK(read_layers_and_heads(f, m));
   MIST_TRY(m.ffn_hidden_size, f.integer_or("intermediate_size", 22016, 1, kMaxFfn));
   MIST_TRY(m.max_position_embeddings, f.integer_or("max_position_embeddings", 32768, 1, kMaxPositions));
   MIST_TRY(int64_t d, f.integer_or("head_dim", 128, 2, kMaxHidden));
@@ -241,6 +246,73 @@ Result<ModelSpec> from_qwen3_moe(const JsonFields& f, const std::string& what) {
   MIST_TRY(m.experts_per_token, f.integer_or("num_experts_per_tok", 8, 1, m.num_experts));
   MIST_TRY(m.moe_ffn_hidden_size, f.integer_or("moe_intermediate_size", 768, 1, kMaxFfn));
   m.ffn_hidden_size = 0;  // intermediate_size is the width of dense blocks, which it has none of
+  return m;
+}
+
+// GptOssConfig (transformers' gpt_oss): Qwen3-like attention with a head size of its own (64
+// heads of 64 on h 2880), biases on q, k, v and o (attention_bias), a learned sink logit per head,
+// sliding-window attention on the blocks layer_types marks "sliding_attention"; every block a
+// router (with bias) over num_local_experts experts of intermediate_size, each expert's gate_up and
+// down projections biased, the clamped SwiGLU of swiglu_limit; no q/k norm, no shared expert.
+Result<ModelSpec> from_gpt_oss(const JsonFields& f, const std::string& what) {
+  MIST_TRY(ModelSpec m, hf_common(f, what, "llama"));
+  MIST_SPEC_CHECK(read_layers_and_heads(f, m));
+  MIST_TRY(m.max_position_embeddings, f.integer_or("max_position_embeddings", 131072, 1, kMaxPositions));
+  MIST_TRY(int64_t d, f.integer_or("head_dim", 64, 2, kMaxHidden));
+  m.attention_head_dim = d * m.num_heads == m.hidden_size ? 0 : d;
+  m.norm = Norm::kRmsNorm;
+  m.mlp = Mlp::kSwiGlu;
+  m.positions = Positions::kRotary;
+  m.norms_per_block = 2;
+  MIST_TRY(bool attention_bias, f.boolean_or("attention_bias", true));
+  m.qkv_bias = attention_bias;
+  // The router's and the experts' biases are unconditional in GptOssTopKRouter and GptOssExperts;
+  // mist's one flag for them also covers o_proj's, so a config without attention biases is refused.
+  if (!attention_bias)
+    return fail(f.field_path("attention_bias"),
+                "unsupported: false (gpt-oss without attention biases; mist ties o_proj's bias to the experts' biases)");
+  m.linear_bias = true;
+  m.attention_sinks = true;
+  MIST_TRY(m.tie_word_embeddings, f.boolean_or("tie_word_embeddings", false));
+  MIST_TRY(m.num_experts, f.integer_or("num_local_experts", 128, 1, kMaxExperts));
+  MIST_TRY(m.experts_per_token, f.integer_or("num_experts_per_tok", 4, 1, m.num_experts));
+  MIST_TRY(m.moe_ffn_hidden_size, f.integer_or("intermediate_size", 2880, 1, kMaxFfn));
+  m.ffn_hidden_size = 0;
+  MIST_TRY(m.swiglu_limit, f.number_or("swiglu_limit", 7.0, 0.0, 1e9));
+  MIST_TRY(m.sliding_window, f.integer_or("sliding_window", 128, 0, kMaxPositions));
+  // layer_types: "sliding_attention" or "full_attention" per block; mist takes the pattern of a
+  // full-attention block every N (GptOssConfig's default: alternating, the 2nd, 4th, ... full).
+  if (!f.has("layer_types")) {
+    m.full_attention_interval = 2;
+    return m;
+  }
+  const Json& types = f.raw("layer_types");
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != m.num_layers)
+    return fail(f.field_path("layer_types"),
+                fmt::format("must be a list of num_hidden_layers ({}) strings", m.num_layers));
+  std::vector<int64_t> full;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
+    if (t == "full_attention") {
+      full.push_back(static_cast<int64_t>(i) + 1);
+    } else if (t != "sliding_attention") {
+      return fail(fmt::format("{}[{}]", f.field_path("layer_types"), i),
+                  "must be \"sliding_attention\" or \"full_attention\"");
+    }
+  }
+  if (full.empty()) {
+    m.full_attention_interval = 0;
+  } else if (static_cast<int64_t>(full.size()) == m.num_layers) {
+    m.sliding_window = 0;
+  } else {
+    const int64_t n = full.front();
+    for (size_t i = 0; i < full.size(); ++i)
+      if (full[i] != n * static_cast<int64_t>(i + 1) || (i + 1 == full.size() && m.num_layers - full[i] >= n))
+        return fail(f.field_path("layer_types"),
+                    fmt::format("unsupported pattern: mist models a full-attention block every N blocks "
+                                "(the Nth, 2Nth, ...); block {} breaks it", full[i]));
+    m.full_attention_interval = n;
+  }
   return m;
 }
 
@@ -295,8 +367,6 @@ std::string_view not_yet_modelled(const std::string& type) {
   if (type == "deepseek_v3" || type == "deepseek_v2")
     return "multi-head latent attention (q_lora_rank, kv_lora_rank), dense first blocks "
            "(first_k_dense_replace) and multi-token prediction are not modelled yet";
-  if (type == "gpt_oss")
-    return "attention sinks, alternating sliding-window attention and biased experts are not modelled yet";
   return {};
 }
 
@@ -305,6 +375,7 @@ Result<ModelSpec> from_hf(const JsonFields& f, const std::string& what) {
   if (type == "mixtral") return from_mixtral(f, what);
   if (type == "qwen2_moe") return from_qwen2_moe(f, what);
   if (type == "qwen3_moe") return from_qwen3_moe(f, what);
+  if (type == "gpt_oss") return from_gpt_oss(f, what);
   if (std::string_view why = not_yet_modelled(type); !why.empty())
     return fail(f.field_path("model_type"), fmt::format("unsupported model_type \"{}\": {}", type, why));
   if (type == "gpt2" || type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
@@ -326,7 +397,8 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
        "ffn_hidden_size", "vocab_size", "max_position_embeddings", "norm", "mlp", "positions",
        "parallel_block", "norms_per_block", "qkv_bias", "linear_bias", "tie_word_embeddings",
        "num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
-       "shared_expert_gate", "sliding_window", "head_dim", "qk_norm"}));
+       "shared_expert_gate", "sliding_window", "full_attention_interval", "attention_sinks", "swiglu_limit",
+       "head_dim", "qk_norm"}));
   ModelSpec m;
   MIST_TRY(m.name, f.string("name"));
   MIST_TRY(m.family, f.choice("family", {"gpt", "llama", "falcon"}));
@@ -344,6 +416,9 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
   MIST_TRY(m.shared_expert_ffn_hidden_size, f.integer_or("shared_expert_ffn_hidden_size", 0, 0, kMaxFfn));
   MIST_TRY(m.shared_expert_gate, f.boolean_or("shared_expert_gate", false));
   MIST_TRY(m.sliding_window, f.integer_or("sliding_window", 0, 0, kMaxPositions));
+  MIST_TRY(m.full_attention_interval, f.integer_or("full_attention_interval", 0, 0, kMaxLayers));
+  MIST_TRY(m.attention_sinks, f.boolean_or("attention_sinks", false));
+  MIST_TRY(m.swiglu_limit, f.number_or("swiglu_limit", 0.0, 0.0, 1e9));
   MIST_TRY(m.vocab_size, f.integer("vocab_size", 1, kMaxVocab));
   MIST_TRY(m.max_position_embeddings, f.integer("max_position_embeddings", 1, kMaxPositions));
   MIST_TRY(std::string norm, f.choice("norm", {"layernorm", "rmsnorm"}));
@@ -369,6 +444,8 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
 //   MLP        GELU 2*h*f (+ f + h bias); SwiGLU gate/up/down 3*h*f (+ 2*f + h bias)
 //   norms      norms_per_block * (LayerNorm 2h | RMSNorm h)
 //   MoE        router h*E + experts E * 3*h*f_e + shared expert 3*h*f_s (+ its gate h)
+//              (+ with linear_bias: router E, each expert 2*f_e + h, the shared expert 2*f_s + h)
+//   sinks      a (one logit per query head)
 namespace {
 
 // The block without its routed experts (attention, norms, dense MLP or router and shared expert),
@@ -383,10 +460,18 @@ BlockCounts block_counts(const ModelSpec& m) {
   if (m.qkv_bias) attn += q + 2 * kv;
   if (m.linear_bias) attn += h;
   if (m.qk_norm) attn += 2 * norm_parameters(Norm::kRmsNorm, m.head_dim());  // q_norm, k_norm: one d each
+  if (m.attention_sinks) attn += m.num_heads;
   const int64_t norms = m.norms_per_block * norm_parameters(m.norm, h);
   if (m.is_moe()) {
-    int64_t shared = 3 * h * m.shared_expert_ffn_hidden_size + (m.shared_expert_gate ? h : 0);
-    return {attn + norms + h * m.num_experts + shared, 3 * h * m.moe_ffn_hidden_size};
+    const int64_t fs = m.shared_expert_ffn_hidden_size, fe = m.moe_ffn_hidden_size;
+    int64_t shared = 3 * h * fs + (m.shared_expert_gate ? h : 0);
+    int64_t router = h * m.num_experts, expert = 3 * h * fe;
+    if (m.linear_bias) {
+      router += m.num_experts;
+      expert += 2 * fe + h;
+      if (fs > 0) shared += 2 * fs + h;
+    }
+    return {attn + norms + router + shared, expert};
   }
   int64_t ffn = m.mlp == Mlp::kGelu ? 2 * h * f : 3 * h * f;
   if (m.linear_bias) ffn += (m.mlp == Mlp::kGelu ? f : 2 * f) + h;
@@ -403,6 +488,11 @@ int64_t outside_blocks(const ModelSpec& m) {
 }
 
 }  // namespace
+
+int64_t ModelSpec::windowed_layers() const {
+  if (sliding_window <= 0) return 0;
+  return full_attention_interval > 0 ? num_layers - num_layers / full_attention_interval : num_layers;
+}
 
 int64_t ModelSpec::block_parameters() const {
   BlockCounts c = block_counts(*this);
@@ -445,8 +535,6 @@ Result<void> validate_experts(const ModelSpec& m, const At& at) {
                             m.ffn_hidden_size));
   if (m.mlp != Mlp::kSwiGlu)
     return fail(at("mlp"), "a mixture of experts needs SwiGLU experts (GELU experts are not modelled)");
-  if (m.linear_bias)
-    return fail(at("linear_bias"), "biases on expert projections are not modelled");
   if (m.parallel_block)
     return fail(at("parallel_block"), "a parallel attention/MLP block with experts is not modelled");
   return {};
@@ -485,6 +573,14 @@ Result<void> validate_model(const ModelSpec& m, const std::string& path) {
     return fail(at("shared_expert_gate"), "needs a shared expert (shared_expert_ffn_hidden_size > 0)");
   if (m.sliding_window < 0)
     return fail(at("sliding_window"), fmt::format("must be 0 (none) or positive, got {}", m.sliding_window));
+  if (m.full_attention_interval < 0 || m.full_attention_interval > m.num_layers)
+    return fail(at("full_attention_interval"),
+                fmt::format("must be 0 (every block windowed) or between 1 and num_layers ({}), got {}",
+                            m.num_layers, m.full_attention_interval));
+  if (m.full_attention_interval > 0 && m.sliding_window == 0)
+    return fail(at("full_attention_interval"), "needs a sliding_window (the other blocks' window)");
+  if (m.swiglu_limit < 0 || (m.swiglu_limit > 0 && m.mlp != Mlp::kSwiGlu))
+    return fail(at("swiglu_limit"), "must be 0, or positive with a SwiGLU MLP");
   MIST_SPEC_CHECK(in_range("vocab_size", m.vocab_size, kMaxVocab));
   MIST_SPEC_CHECK(in_range("max_position_embeddings", m.max_position_embeddings, kMaxPositions));
   MIST_SPEC_CHECK(in_range("norms_per_block", m.norms_per_block, 2));
@@ -516,6 +612,7 @@ Result<void> validate_model(const ModelSpec& m, const std::string& path) {
 std::string megatron_core_only(const ModelSpec& m) {
   if (m.is_moe()) return "is a mixture of experts";
   if (m.qk_norm || m.decoupled_head_dim()) return "has Qwen3's attention (its own head size, q/k RMSNorm)";
+  if (m.attention_sinks) return "has attention sinks";
   return {};
 }
 
@@ -563,6 +660,9 @@ Json model_to_json(const ModelSpec& m) {
     j["shared_expert_gate"] = m.shared_expert_gate;
   }
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+  if (m.full_attention_interval > 0) j["full_attention_interval"] = m.full_attention_interval;
+  if (m.attention_sinks) j["attention_sinks"] = true;
+  if (m.swiglu_limit > 0) j["swiglu_limit"] = m.swiglu_limit;
   if (m.attention_head_dim > 0) j["head_dim"] = m.attention_head_dim;
   if (m.qk_norm) j["qk_norm"] = true;
   return j;

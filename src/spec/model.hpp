@@ -1,6 +1,6 @@
 // ModelSpec: the architecture of a decoder-only transformer, as mist lowers it.
 // Loaded from a Hugging Face config.json (gpt2, llama, mistral, qwen2, qwen3, falcon; mixtral,
-// qwen2_moe and qwen3_moe for mixtures of experts), from mist's own JSON form (the catalog entries in data/models.json use
+// qwen2_moe, qwen3_moe and gpt_oss for mixtures of experts), from mist's own JSON form (the catalog entries in data/models.json use
 // it), or by catalog name.
 #pragma once
 
@@ -35,7 +35,9 @@ struct ModelSpec {
   bool parallel_block = false;     // Falcon: attention and MLP read the same normed input
   int64_t norms_per_block = 2;     // 1 for Falcon-7B (shared norm), 2 otherwise
   bool qkv_bias = false;           // bias on the QKV projection (gpt2, qwen2)
-  bool linear_bias = false;        // bias on the other projections (gpt2)
+  // Bias on the other projections (gpt2); with experts, on the attention's output projection, the
+  // router and each expert's two projections (gpt-oss).
+  bool linear_bias = false;
   bool tie_word_embeddings = false;
   // Qwen3's attention: a head size of its own (head_dim; 0: hidden_size / num_heads, so the query
   // width a·d may differ from h; Megatron's --kv-channels), and an RMSNorm over each head of the
@@ -53,12 +55,21 @@ struct ModelSpec {
   int64_t moe_ffn_hidden_size = 0;            // f_e, per expert and per SwiGLU branch
   int64_t shared_expert_ffn_hidden_size = 0;  // f_s, 0 without a shared expert
   bool shared_expert_gate = false;
-  // Sliding-window attention (Mistral, Mixtral): each token attends to the last sliding_window
-  // positions; 0 for full causal attention. mist models attention as full causal, which is exact
-  // while the sequence fits in the window (validate_training refuses longer sequences).
+  // Sliding-window attention (Mistral, Mixtral, gpt-oss): each token attends to the last
+  // sliding_window positions; 0 for full causal attention. full_attention_interval N > 0: every Nth
+  // block (the Nth, 2Nth, ...) attends over the whole sequence and the others use the window
+  // (gpt-oss: 2, alternating; Megatron's --window-attn-skip-freq); 0: every block uses it.
   int64_t sliding_window = 0;
+  int64_t full_attention_interval = 0;
+  // gpt-oss: a learned logit per query head that joins every softmax's denominator (attention
+  // sinks; Megatron's --softmax-type learnable), and SwiGLU experts of its own form,
+  // (up + 1) · gate · sigmoid(1.702 · gate) with gate and up clamped at swiglu_limit (0: plain SwiGLU).
+  bool attention_sinks = false;
+  double swiglu_limit = 0;
 
   bool is_moe() const { return num_experts > 0; }
+  // Blocks of num_layers that attend within sliding_window (all, some, or none).
+  int64_t windowed_layers() const;
   int64_t head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads; }
   int64_t query_width() const { return num_heads * head_dim(); }  // a·d, the attention's inner width
   // a·d differs from h (the attention projects h -> a·d -> h).

@@ -93,12 +93,13 @@ std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space
   return out;
 }
 
-std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::TrainingSpec& t, int64_t gpus, int64_t tp) {
+std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
+                                int64_t gpus, int64_t tp) {
   std::vector<int64_t> out;
   for (int64_t cp : space.cp) {
     if (cp < 1 || (gpus / tp) % cp) continue;
     if (cp > 1 && t.seq_length / cp < space.min_cp_tokens) continue;
-    if (!plan::check_cp(t, cp)) continue;
+    if (!plan::check_cp(m, t, cp)) continue;
     if (tp > 1 && (t.seq_length / cp) % tp) continue;  // sequence parallelism splits each rank's tokens
     out.push_back(cp);
   }
@@ -115,7 +116,7 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
     if (tp > 1 && t.seq_length % tp) continue;  // sequence parallelism splits the sequence
     for (int64_t pp = 1; pp <= std::min<int64_t>(space.max_pp, m.num_layers); ++pp) {
       if ((n / tp) % pp) continue;
-      for (int64_t cp : cp_degrees(space, t, n / pp, tp)) {
+      for (int64_t cp : cp_degrees(space, m, t, n / pp, tp)) {
         const int64_t dp = n / tp / pp / cp;
         for (int64_t b : space.micro_batch) {
           if (t.global_batch_size % (b * dp)) continue;

@@ -77,7 +77,8 @@ SearchSpace engine_space(engines::Engine e);
 
 // Context-parallel degrees of `space` for a job on `gpus` GPUs per pipeline stage at tp (dividing
 // gpus / tp; plan::check_cp and, at tp > 1, tp dividing each rank's tokens).
-std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::TrainingSpec& t, int64_t gpus, int64_t tp);
+std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
+                                int64_t gpus, int64_t tp);
 // Parallel layouts to try: dp·tp·pp·cp = GPUs (cp of cp_degrees), tp within a node and dividing heads, kv heads and FFN,
 // pp ≤ layers, micro-batch·dp dividing the global batch; for a mixture of experts, each (ep, etp)
 // of expert_degrees.

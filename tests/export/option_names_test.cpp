@@ -42,7 +42,11 @@ const std::set<std::string> kMegatronNames{
     "--moe-token-dispatcher-type", "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size",
     "--moe-shared-expert-gate",
     // Qwen3's attention: TransformerConfig's kv_channels and qk_layernorm (transformer_config.py:184, :259).
-    "--kv-channels", "--qk-layernorm"};
+    "--kv-channels", "--qk-layernorm",
+    // gpt-oss: arguments.py:2384-2393 (window), TransformerConfig softmax_type :170, glu_linear_offset
+    // :231, activation_func_clamp_value :235, --quick-geglu arguments.py:2452.
+    "--window-size", "--window-attn-skip-freq", "--softmax-type", "--quick-geglu", "--glu-linear-offset",
+    "--activation-func-clamp-value"};
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.

@@ -60,6 +60,50 @@ TEST(Qwen3Export, ImportRefusesAnotherAttention) {
                "--qk-layernorm", "does not normalise");
 }
 
+// gpt-oss: the window (HF's 128 as Megatron's (127, 0)), every 2nd block full, learnable sinks,
+// the clamped quick-GELU GLU, biases on (no --disable-bias-linear); the flags round-trip and each
+// missing or wrong one is refused naming it.
+TEST(GptOssExport, MegatronGetsTheWindowSinksAndActivationAndTheyRoundTrip) {
+  const auto m = model("gpt-oss-120b");
+  auto p = testing::plan(16, 1, {9, 9, 9, 9}, 1, 80, /*zero=*/1);
+  p.ep = 8;
+  auto r = export_plan(Engine::kMegatron, {m, cluster(8, 8), training(1280, 4096), p, {}});
+  ASSERT_TRUE(r && r->exported) << (r ? "" : r.error().to_string());
+  const auto& o = r->exported->options;
+  EXPECT_EQ(value(o, "--window-size"), std::optional<std::string>("127,0"));
+  EXPECT_EQ(value(o, "--window-attn-skip-freq"), std::optional<std::string>("2"));
+  EXPECT_EQ(value(o, "--softmax-type"), std::optional<std::string>("learnable"));
+  EXPECT_TRUE(value(o, "--quick-geglu").has_value());
+  EXPECT_FALSE(value(o, "--swiglu").has_value());
+  EXPECT_EQ(value(o, "--activation-func-clamp-value"), std::optional<std::string>("7"));
+  EXPECT_FALSE(value(o, "--disable-bias-linear").has_value());
+  EXPECT_EQ(value(o, "--kv-channels"), std::optional<std::string>("64"));
+  const std::string cmd = command(o);
+  auto back = import_megatron_flags(cmd, m, cluster(8, 8));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->plan.ep, 8);
+  EXPECT_EQ(back->plan.pp, 4);
+  auto read_back = [&](const std::string& c) { return import_megatron_flags(c, m, cluster(8, 8)); };
+  expect_error(read_back(without_token(cmd, " --window-size 127,0")), "--window-size", "missing");
+  expect_error(read_back(without_token(cmd, " --window-attn-skip-freq 2")), "--window-attn-skip-freq", "every 2");
+  expect_error(read_back(without_token(cmd, " --softmax-type learnable")), "--softmax-type", "sinks");
+  expect_error(read_back(without_token(cmd, " --glu-linear-offset 1.0")), "--glu-linear-offset", "adds 1");
+  // A Llama given a window it does not have.
+  const auto llama = model("llama3-8b");
+  auto l = export_plan(Engine::kMegatron, {llama, cluster(2, 8), training(128, 4096),
+                                           testing::plan(4, 2, {16, 16}, 1, 32, 1), {}});
+  ASSERT_TRUE(l && l->exported);
+  expect_error(import_megatron_flags(command(l->exported->options) + " --window-size 4095,0", llama, cluster(2, 8)),
+               "--window-size", "whole sequence");
+}
+
+// Megatron-Core asserts etp = 1 with biased experts.
+TEST(GptOssExport, BiasedExpertsNeedEtpOne) {
+  const auto m = model("gpt-oss-20b");
+  expect_error(plan::check_experts(m, 2, 4, 4, 2), "plan.etp", "biases");
+  EXPECT_TRUE(plan::check_experts(m, 2, 4, 4, 1).has_value());
+}
+
 TEST(Qwen3Export, OtherEnginesRefuseIt) {
   for (Engine e : {Engine::kDeepSpeed, Engine::kTorchtitan}) {
     const auto m = model("qwen3-8b");

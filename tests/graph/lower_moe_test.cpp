@@ -203,5 +203,40 @@ TEST(MoeLowering, LivenessPeaksBoundTheSavedSet) {
   }
 }
 
+// gpt-oss: the block's parameters (biases of q, k, v, o, the router and every expert; one sink
+// per head) are the model's count, on one GPU and sharded (tp 2: the sinks and column biases
+// halve; ep 4 etp 1: a quarter of the experts with their biases).
+TEST(MoeLowering, GptOssParametersIncludeBiasesAndSinks) {
+  const auto m = *spec::catalog_model("gpt-oss-20b");
+  const auto lm = lower(m, 4096, options(m, {}));
+  sym::Bindings b = lm.dims;
+  bind(b, {});
+  EXPECT_DOUBLE_EQ(eval(lm.block.params(), b), static_cast<double>(m.block_parameters()));
+  bind(b, {2, 4, 1});
+  const double h = 2880, fe = 2880, experts = 32;
+  EXPECT_DOUBLE_EQ(eval(lm.block.expert_params(), b), experts / 4 * (3 * h * fe + 2 * fe + h));
+  EXPECT_DOUBLE_EQ(eval(find_op(lm.block, "moe.router")->params, b), h * experts + experts);
+  EXPECT_DOUBLE_EQ(eval(find_op(lm.block, "attn.core")->params, b), 64.0 / 2);
+}
+
+// The flash kernel's share of the s×s product: 1/2 for causal attention, and with gpt-oss's window
+// of 128 on every other block, the mean of 1/2 and the band's share: per 128-query tile the
+// diagonal tile at half and the one before it (the first tile has none): 0.5 + 31 · 1.5 = 47 of
+// 32² tiles at s = 4096. A window that covers the sequence changes nothing.
+TEST(MoeLowering, SlidingWindowCutsTheAttentionWork) {
+  auto m = *spec::catalog_model("gpt-oss-20b");
+  auto work = [&](int64_t seq) { return find_op(lower(m, seq, options(m, {})).block, "attn.core")->attention_work; };
+  EXPECT_DOUBLE_EQ(work(4096), 0.5 * (47.0 / 1024.0) + 0.5 * 0.5);
+  EXPECT_DOUBLE_EQ(work(128), 0.5);
+  m.full_attention_interval = 0;  // every block windowed
+  EXPECT_DOUBLE_EQ(work(4096), 47.0 / 1024.0);
+  m.sliding_window = 1024;  // 8 tiles: j + 1 − 0.5 for j < 8, then 8.5 each (the band spans 9 tiles)
+  double tiles = 0;
+  for (int j = 0; j < 32; ++j) tiles += (j < 8 ? j + 1 : 9) - 0.5;
+  EXPECT_DOUBLE_EQ(work(4096), tiles / 1024.0);
+  const auto llama = *spec::catalog_model("llama3-8b");
+  EXPECT_DOUBLE_EQ(find_op(lower(llama, 8192, options(false)).block, "attn.core")->attention_work, 0.5);
+}
+
 }  // namespace
 }  // namespace mist::graph

@@ -72,10 +72,10 @@ TEST(CpPlan, GpusAreDpTpPpCp) {
 TEST(CpPlan, ChunksFlashAttentionAndSequenceParallelism) {
   const auto m = *spec::catalog_model("llama3-8b");
   auto t = long_training(4096 + 8);  // 4104 = 8·513: 2·cp = 8 divides, 16 does not
-  EXPECT_TRUE(check_cp(t, 4).has_value());
-  expect_error(check_cp(t, 8), "plan.cp", "2·cp = 16");
+  EXPECT_TRUE(check_cp(m, t, 4).has_value());
+  expect_error(check_cp(m, t, 8), "plan.cp", "2·cp = 16");
   t.flash_attention = false;
-  expect_error(check_cp(t, 4), "plan.cp", "flash attention");
+  expect_error(check_cp(m, t, 4), "plan.cp", "flash attention");
   t = long_training(24);
   t.global_batch_size = 8;
   // cp 2 leaves 12 tokens per rank, which tp 8 cannot split (though 8 divides the 24).

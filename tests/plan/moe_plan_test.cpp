@@ -18,15 +18,22 @@ spec::ClusterSpec h100(int64_t nodes) {
   return *c;
 }
 
-// A sequence longer than the sliding window is refused: mist models full causal attention.
-TEST(MoePlan, SlidingWindowBoundsTheSequence) {
+// A sequence longer than the sliding window needs flash attention (the engines run the window in
+// their fused kernels), and context parallelism over a window is refused (mist's ring is causal).
+TEST(MoePlan, SlidingWindowNeedsFlashAttentionAndNoCp) {
   ModelSpec m = *spec::catalog_model("mixtral-8x7b");
   m.sliding_window = 4096;
   spec::TrainingSpec t;
   t.seq_length = 4096;
-  EXPECT_TRUE(validate_training(m, h100(1), t).has_value());
+  t.flash_attention = false;
+  EXPECT_TRUE(validate_training(m, h100(1), t).has_value());  // the window covers the sequence
   t.seq_length = 8192;
-  expect_error(validate_training(m, h100(1), t), "training.seq_length", "sliding attention window");
+  expect_error(validate_training(m, h100(1), t), "training.flash_attention", "sliding attention window");
+  t.flash_attention = true;
+  EXPECT_TRUE(validate_training(m, h100(1), t).has_value());
+  expect_error(check_cp(m, t, 2), "plan.cp", "sliding-window");
+  m.sliding_window = 0;
+  EXPECT_TRUE(check_cp(m, t, 2).has_value());
 }
 
 // The tensor-parallel degree must divide the expert widths too.

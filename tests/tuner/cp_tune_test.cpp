@@ -25,20 +25,20 @@ spec::TrainingSpec long_training(int64_t seq) {
 // and let tp split each rank's tokens; DeepSpeed's space has none, and neither does a short job.
 TEST(CpTune, DegreesFollowTheSequence) {
   SearchSpace s;
+  const auto m = *spec::catalog_model("llama3-8b");
   const auto t = long_training(131072);
-  EXPECT_EQ(cp_degrees(s, t, 8, 1), (std::vector<int64_t>{1, 2, 4, 8}));
-  EXPECT_EQ(cp_degrees(s, t, 8, 8), (std::vector<int64_t>{1}));
-  EXPECT_EQ(cp_degrees(s, long_training(8192), 8, 1), (std::vector<int64_t>{1, 2}));
-  EXPECT_EQ(cp_degrees(s, long_training(4096), 8, 1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(cp_degrees(s, m, t, 8, 1), (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(cp_degrees(s, m, t, 8, 8), (std::vector<int64_t>{1}));
+  EXPECT_EQ(cp_degrees(s, m, long_training(8192), 8, 1), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(cp_degrees(s, m, long_training(4096), 8, 1), (std::vector<int64_t>{1}));
   auto no_flash = t;
   no_flash.flash_attention = false;
-  EXPECT_EQ(cp_degrees(s, no_flash, 8, 1), (std::vector<int64_t>{1}));
-  EXPECT_EQ(cp_degrees(engine_space(engines::Engine::kDeepSpeed), t, 8, 1), (std::vector<int64_t>{1}));
-  const auto m = *spec::catalog_model("llama3-8b");
+  EXPECT_EQ(cp_degrees(s, m, no_flash, 8, 1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(cp_degrees(engine_space(engines::Engine::kDeepSpeed), m, t, 8, 1), (std::vector<int64_t>{1}));
   std::set<int64_t> seen;
   for (const auto& p : layouts(s, m, cluster("H100-SXM5-80GB", 1, 8), t)) {
     EXPECT_EQ(p.dp * p.tp * p.pp * p.cp, 8);
-    EXPECT_TRUE(plan::check_cp(t, p.cp));
+    EXPECT_TRUE(plan::check_cp(m, t, p.cp));
     seen.insert(p.cp);
   }
   EXPECT_EQ(seen, (std::set<int64_t>{1, 2, 4, 8}));
