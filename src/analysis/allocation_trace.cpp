@@ -133,6 +133,12 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
       p.recompute == plan::Recompute::kSelective ? graph::TraceMode::kSelective : graph::TraceMode::kSaveAll;
   const graph::LayerTrace block = graph::trace_layer(lm.block, b, block_mode);
   const graph::LayerTrace block_full = graph::trace_layer(lm.block, b, graph::TraceMode::kFull);
+  // A mixture of experts' first dense blocks, at the start of stage 0 (plan::dense_blocks).
+  const int64_t nd = plan::dense_blocks(job.model(), stage);
+  const graph::LayerTrace dense = nd > 0 ? graph::trace_layer(lm.dense_block, b, block_mode) : graph::LayerTrace{};
+  const graph::LayerTrace dense_full =
+      nd > 0 ? graph::trace_layer(lm.dense_block, b, graph::TraceMode::kFull) : graph::LayerTrace{};
+  const auto dense_tensors = nd > 0 ? param_tensors(lm.dense_block, b) : std::vector<ParamTensor>{};
   const graph::LayerTrace emb = graph::trace_layer(lm.embedding, b, graph::TraceMode::kSaveAll);
   const graph::LayerTrace head = graph::trace_layer(lm.head, b, graph::TraceMode::kSaveAll);
 
@@ -145,8 +151,11 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
     auto& ch = chunks[static_cast<size_t>(c)];
     if (first && c == 0) ch.push_back({&emb, 0, param_tensors(lm.embedding, b)});
     const int64_t from = l * c / v, to = l * (c + 1) / v;
-    for (int64_t j = from; j < to; ++j)
-      ch.push_back({j < st.ckpt_layers ? &block_full : &block, 0, blk_tensors});
+    for (int64_t j = from; j < to; ++j) {
+      const bool ckpt = j < st.ckpt_layers;
+      if (j < nd) ch.push_back({ckpt ? &dense_full : &dense, 0, dense_tensors});
+      else ch.push_back({ckpt ? &block_full : &block, 0, blk_tensors});
+    }
     if (last && c == v - 1) {
       auto t = param_tensors(lm.head, b);
       if (p.pp > 1 && job.model().tie_word_embeddings)
@@ -213,7 +222,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
   // (one byte per parameter each), made on the first micro-batch and kept for the iteration.
   if (lm.options.fp8 && lm.options.fp8_keeps_fp8_inputs)
     for (int64_t j = 0; j < l; ++j)
-      for (const auto& op : lm.block.ops)
+      for (const auto& op : (j < nd ? lm.dense_block : lm.block).ops)
         if (op.fp8) {
           const double n = sym::evaluate_or_zero(op.params, b);
           B.alloc(n);

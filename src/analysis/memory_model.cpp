@@ -22,7 +22,7 @@ Expr S(const char* name) { return Expr::symbol(name); }
 const std::vector<std::string> kShapeSymbols = {"s", "h", "a", "g", "f", "V"};
 const std::vector<std::string> kKnobSymbols = {
     "b", "t", "cp", "ep", "etp", "d", "l", "c", "p", "zw", "zg", "zo", "zwx", "zgx", "zox", "wo", "go", "oo", "ao",
-    "E", "H", "T", "Q", "W", "G", "O", "A", "C_ctx", "C_blas", "C_nccl"};
+    "E", "H", "D", "T", "Q", "W", "G", "O", "A", "C_ctx", "C_blas", "C_nccl"};
 
 // Expected waste of rounding one allocation up to the caching allocator's 2 MiB granularity.
 constexpr double kRoundingBytesPerAllocation = units::kMiB;
@@ -42,15 +42,24 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   StageMemoryModel M;
   const auto& dims = lm.dims;
   M.block = graph::analyze_activations(lm.block, dims);
+  const bool dense = lm.dense_blocks > 0;
+  if (dense) M.dense_block = graph::analyze_activations(lm.dense_block, dims);
   M.embedding = graph::analyze_activations(lm.embedding, dims);
   M.head = graph::analyze_activations(lm.head, dims);
   // Unbound copies keep s, h, ... in the printed formulas.
   const auto block_free = graph::analyze_activations(lm.block, {});
+  const auto dense_free = dense ? graph::analyze_activations(lm.dense_block, {}) : graph::LayerActivations{};
   const auto emb_free = graph::analyze_activations(lm.embedding, {});
   const auto head_free = graph::analyze_activations(lm.head, {});
   const bool selective = recompute == plan::Recompute::kSelective;
 
   const Expr l = S("l"), c = S("c"), p = S("p"), E = S("E"), H = S("H"), T = S("T");
+  // D: the dense blocks among the stage's l (a mixture of experts' first blocks, all on stage 0);
+  // the stage's first c blocks are the recomputed ones (Megatron's --recompute-method block), the
+  // dense ones first: cD = min(c, D) of them, c − cD MoE blocks. Without dense blocks D is 0.
+  const Expr D = dense ? S("D") : Expr(0.0);
+  const Expr cD = dense ? sym::min(c, D) : Expr(0.0);
+  const Expr has_dense = dense ? sym::min(D, Expr(1.0)) : Expr(0.0);
   const Expr zw = S("zw"), zg = S("zg"), zo = S("zo");
   const Expr wo = S("wo"), go = S("go"), oo = S("oo"), ao = S("ao");
   const Expr wb = Expr(spec::dtype_bytes(training.precision));
@@ -61,14 +70,16 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   // weights (P_exp) are sharded by ZeRO over the expert data-parallel group (zwx, zgx, zox), the
   // rest over the data-parallel group.
   const Expr P_blk = lm.block.params(), P_emb = lm.embedding.params();
+  const Expr P_dns = dense ? lm.dense_block.params() : Expr(0.0);
   const Expr P_head = lm.head.params() + T * lm.tied_head_params;
-  const Expr P_stage = l * P_blk + E * P_emb + H * P_head;
+  const Expr P_stage = (l - D) * P_blk + D * P_dns + E * P_emb + H * P_head;
   const Expr P_blkx = lm.block.expert_params();
   const bool experts = !(P_blkx.is_constant() && P_blkx.constant_value() == 0);
-  const Expr P_exp = l * P_blkx;
+  const Expr P_exp = (l - D) * P_blkx;
   // The FP8 linears' weights of a block whose FP8 copies Transformer Engine caches (0 otherwise).
   const bool fp8_copies = lm.options.fp8 && lm.options.fp8_keeps_fp8_inputs;
   const Expr P_fp8 = fp8_copies ? lm.block.fp8_params() : Expr(0.0);
+  const Expr P_fp8_dns = fp8_copies && dense ? lm.dense_block.fp8_params() : Expr(0.0);
   // bytes·P/z for the dense share, bytes·P_exp/zx for the experts'; its formula in words.
   auto sharded = [&](const Expr& bytes, const Expr& z, const Expr& zx, const Expr& kept) {
     return experts ? bytes * ((P_stage - P_exp) / z + P_exp / zx) * kept : bytes * P_stage * kept / z;
@@ -76,8 +87,10 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
 
   // Activations of one micro-batch on this stage (formula form and bound form).
   const Expr A_blk = selective ? block_free.saved_selective : block_free.saved;
+  const Expr A_dns = !dense ? Expr(0.0) : selective ? dense_free.saved_selective : dense_free.saved;
   const Expr A_in = block_free.input;
-  const Expr A_mb = (l - c) * A_blk + c * A_in + E * emb_free.saved + H * head_free.saved;
+  const Expr A_mb =
+      (l - D - (c - cD)) * A_blk + (D - cD) * A_dns + c * A_in + E * emb_free.saved + H * head_free.saved;
 
   // Transient bytes above the saved ones: the worst layer's forward or backward live set minus
   // what that layer keeps anyway. A fully recomputed block keeps only its input and rebuilds the
@@ -91,12 +104,23 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   // is input + fwd_peak. (The CPU executor's context-parallel blocks, whose ring attention makes
   // the forward the peak, measured the input missing before, 2026-12-02.)
   const Expr X_blk = sym::max(sym::max(M.block.input + fwd_blk_b, bwd_blk_b) - A_blk_b,
-                              sym::min(c, Expr(1.0)) * (M.block.bwd_peak_recomputed - M.block.input));
+                              sym::min(c - cD, Expr(1.0)) * (M.block.bwd_peak_recomputed - M.block.input));
+  Expr X_dns(0.0);
+  if (dense) {
+    const auto& Md = M.dense_block;
+    const Expr saved = selective ? Md.saved_selective : Md.saved;
+    const Expr fwd = selective ? Md.fwd_peak_selective : Md.fwd_peak;
+    const Expr bwd = selective ? Md.bwd_peak_selective : Md.bwd_peak;
+    X_dns = has_dense * sym::max(sym::max(Md.input + fwd, bwd) - saved,
+                                 sym::min(cD, Expr(1.0)) * (Md.bwd_peak_recomputed - Md.input));
+  }
   const Expr X_head = H * (sym::max(M.head.input + M.head.fwd_peak, M.head.bwd_peak) - M.head.saved);
   const Expr X_emb = E * (sym::max(M.embedding.input + M.embedding.fwd_peak, M.embedding.bwd_peak) - M.embedding.saved);
 
-  const Expr P_max = sym::max({bound(P_blk, dims), E * bound(P_emb, dims), H * bound(P_head, dims)});
+  const Expr P_max = sym::max({bound(P_blk, dims), has_dense * bound(P_dns, dims), E * bound(P_emb, dims),
+                               H * bound(P_head, dims)});
   const double n_saved = M.block.saved_tensor_count;
+  const double n_saved_dns = dense ? M.dense_block.saved_tensor_count : 0.0;
 
   const int wbi = spec::dtype_bytes(training.precision), gbi = spec::dtype_bytes(training.grad_dtype);
   const int Ki = optimizer_bytes_per_param(training);
@@ -135,14 +159,19 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
       {"activation_transient",
        "largest live set above the saved activations in one layer's forward or backward "
        "(recompute included)",
-       "max(X_blk, X_head, X_emb)", sym::max({X_blk, X_head, X_emb})},
+       dense ? "max(X_blk, X_dns, X_head, X_emb)" : "max(X_blk, X_head, X_emb)",
+       sym::max({X_blk, X_dns, X_head, X_emb})},
       {"weight_buffers", "gathered/prefetched full weights of the largest layer, double-buffered",
-       "W·2·" + n(wbi) + "·max(P_blk, E·P_emb, H·P_head)", S("W") * 2 * wb * P_max},
+       "W·2·" + n(wbi) + (dense ? "·max(P_blk, P_dns, E·P_emb, H·P_head)" : "·max(P_blk, E·P_emb, H·P_head)"),
+       S("W") * 2 * wb * P_max},
       {"gradient_buffers", "full gradients of the largest layer before reduce-scatter/offload, double-buffered",
-       "G·2·" + n(gbi) + "·max(P_blk, E·P_emb, H·P_head)", S("G") * 2 * gb * P_max},
+       "G·2·" + n(gbi) + (dense ? "·max(P_blk, P_dns, E·P_emb, H·P_head)" : "·max(P_blk, E·P_emb, H·P_head)"),
+       S("G") * 2 * gb * P_max},
       {"offload_buffers", "one block's optimizer state and activations swapped back in",
        "O·" + n(Ki) + "·P_blk/zo + A·ao·A_blk",
-       S("O") * K * (bound(P_blk - P_blkx, dims) / zo + bound(P_blkx, dims) / S("zox")) + S("A") * ao * A_blk},
+       S("O") * K * sym::max(bound(P_blk - P_blkx, dims) / zo + bound(P_blkx, dims) / S("zox"),
+                             has_dense * bound(P_dns, dims) / zo) +
+           S("A") * ao * sym::max(A_blk, has_dense * A_dns)},
       {"pipeline_buffers", "send and receive buffers of the stage boundary activations",
        "Q·2·A_in", S("Q") * 2 * block_free.output},
       {"blas_workspace", "cuBLAS and cuBLASLt workspaces of the compute stream", "2·C_blas",
@@ -153,8 +182,10 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
       {"allocator_reserve",
        "what PyTorch's caching allocator reserves above the allocated peak: predict replays the "
        "iteration's allocations through its rules (the tuner's estimate: 1 MiB per saved tensor)",
-       "1 MiB·p·(" + n(static_cast<int>(n_saved)) + "·(l - c) + c)",
-       Expr(kRoundingBytesPerAllocation) * p * ((l - c) * n_saved + c), false},
+       dense ? "1 MiB·p·(" + n(static_cast<int>(n_saved)) + "·(l - D - c + cD) + " +
+                   n(static_cast<int>(n_saved_dns)) + "·(D - cD) + c)"
+             : "1 MiB·p·(" + n(static_cast<int>(n_saved)) + "·(l - c) + c)",
+       Expr(kRoundingBytesPerAllocation) * p * ((l - D - (c - cD)) * n_saved + (D - cD) * n_saved_dns + c), false},
   };
   if (fp8_copies) {
     // After the model state, before the buffers (the order explain prints).
@@ -162,7 +193,8 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
     M.terms.insert(at, {"fp8_weight_copies",
                         "FP8 copies of the FP8 linears' weights, row- and column-wise, kept for the iteration "
                         "(Transformer Engine)",
-                        "2·l·P_fp8", 2 * l * P_fp8});
+                        dense ? "2·((l - D)·P_fp8 + D·P_fp8_dns)" : "2·l·P_fp8",
+                        2 * ((l - D) * P_fp8 + D * P_fp8_dns)});
     M.quantities.insert(M.quantities.begin() + 4,
                         {"P_fp8", "weights of one block's FP8 linears on one GPU", P_fp8, false});
   }
@@ -239,6 +271,7 @@ sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& 
   bind_parallel_degrees(k, p);
   k["E"] = first ? 1.0 : 0.0;
   k["H"] = last ? 1.0 : 0.0;
+  k["D"] = static_cast<double>(plan::dense_blocks(m, index));
   k["T"] = last && p.pp > 1 && m.tie_word_embeddings ? 1.0 : 0.0;
   k["Q"] = p.pp > 1 ? 1.0 : 0.0;
   k["C_ctx"] = c.gpu.cuda_context_bytes;

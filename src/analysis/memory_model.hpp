@@ -52,6 +52,7 @@ struct StageMemoryModel {
   std::vector<std::string> inputs;        // program input order: shape symbols, then knobs
   sym::Program program;                   // outputs: terms, peak, block terms, host bytes
   graph::LayerActivations block, embedding, head;
+  graph::LayerActivations dense_block;  // a mixture of experts' first dense blocks (LoweredModel::dense_blocks > 0)
 };
 
 Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,

@@ -168,6 +168,10 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   const profile::OpTable* table = r.k_.profile.get();
   const StageMemoryModel& mem = lowering->memory;
   r.blk_ = layer_times(lm.block, mem.block, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
+  if (lm.dense_blocks > 0)
+    r.dns_ = layer_times(lm.dense_block, mem.dense_block, at, c, t.precision, r.place_, selective, r.k_, table,
+                         r.sources_);
+  r.dense_blocks_ = static_cast<double>(lm.dense_blocks);
   r.emb_ = layer_times(lm.embedding, mem.embedding, at, c, t.precision, r.place_, selective, r.k_, table,
                        r.sources_);
   r.head_ = layer_times(lm.head, mem.head, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
@@ -193,8 +197,9 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
       if (op.is_gemm || op.kind == graph::OpKind::kFlashAttention) f += sym::evaluate_or_zero(op.fwd_flops, one);
     return f;
   };
-  const double per_sequence =
-      matmul_flops(lm.embedding) + m.num_layers * matmul_flops(lm.block) + matmul_flops(lm.head);
+  const double dense = static_cast<double>(lm.dense_blocks);
+  const double per_sequence = matmul_flops(lm.embedding) + (static_cast<double>(m.num_layers) - dense) * matmul_flops(lm.block) +
+                              (dense > 0 ? dense * matmul_flops(lm.dense_block) : 0) + matmul_flops(lm.head);
   r.model_flops_ = 3.0 * per_sequence * static_cast<double>(t.global_batch_size);
   return r;
 }
@@ -228,55 +233,72 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const auto& off = st.offload;
   const auto& place = place_;
   StageTimeParts s;
-  // Per block: ZeRO-3 gathers the block's weights in forward and backward, ZeRO-2+ reduce-
-  // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe. A
-  // mixture of experts' expert weights are sharded and reduced over the expert data-parallel group.
-  const double blk_dense = blk.params - blk.expert_params, blk_exp = blk.expert_params;
   // A collective over the data-parallel group for `dense` bytes, then over the expert one for `exp`.
   auto dp_collective = [&](Collective op, double dense, double exp) {
     return hardware::collective_time(c, op, place.dp, dense, k.comm) +
            hardware::collective_time(c, op, place.edp, exp, k.comm);
   };
-  const double ag = st.zero >= 3 ? dp_collective(Collective::kAllGather, blk_dense * wb, blk_exp * wb) : 0;
-  const double rs = st.zero >= 2 ? dp_collective(Collective::kReduceScatter, blk_dense * gb, blk_exp * gb) : 0;
   const plan::ShardFactors shard = plan::shard_factors(st.zero, p.dp);
   const plan::ShardFactors shard_x = plan::shard_factors(st.zero, plan::expert_dp(p));
-  const double w_shard = (blk_dense / shard.weights + blk_exp / shard_x.weights) * wb;
-  const double g_shard = (blk_dense / shard.gradients + blk_exp / shard_x.gradients) * gb;
-  const double w_swap = hardware::host_copy_time(c, off.weights * w_shard, k.comm);
-  const double g_swap = hardware::host_copy_time(c, off.gradients * g_shard, k.comm);
-  const double a_swap = hardware::host_copy_time(c, off.activations * blk.saved, k.comm);
   const double fi = k.overlap_interference;
   // TP collectives are serial (Mist's assumption) unless pipelined with their GEMMs.
   const bool tp_hidden = p.overlap_tp_comm && p.tp > 1;
-  const double fwd_tp = tp_hidden ? 0 : blk.fwd_tp;
-  const double bwd_tp = tp_hidden ? 0 : p.async_tp_backward ? blk.bwd_tp_async : blk.bwd_tp;
-  const double fwd_tp_ov = tp_hidden ? blk.fwd_tp : 0, bwd_tp_ov = tp_hidden ? blk.bwd_tp : 0;
   // Each pass over a layer takes at least what the host spends issuing its kernels.
   const double host = k.perf.host_per_kernel_s;
-  const double blk_fwd = std::max(overlapped(blk.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp + blk.fwd_exposed,
-                                  host * blk.kernels_fwd);
-  const double recompute_full = blk.fwd + blk.fwd_tp + blk.fwd_exposed;
-  const double blk_bwd_nc = std::max(overlapped(blk.bwd + (selective ? blk.core_fwd : 0), ag + rs + bwd_tp_ov,
-                                                w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp + blk.bwd_exposed,
-                                     host * (blk.kernels_bwd + (selective ? blk.kernels_core_fwd : 0)));
-  const double blk_bwd_ck = std::max(overlapped(blk.bwd + recompute_full, ag + rs + bwd_tp_ov + fwd_tp_ov,
-                                                w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp + blk.bwd_exposed,
-                                     host * (blk.kernels_bwd + blk.kernels_fwd));
+  // Per block: ZeRO-3 gathers the block's weights in forward and backward, ZeRO-2+ reduce-
+  // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe. A
+  // mixture of experts' expert weights are sharded and reduced over the expert data-parallel group.
+  struct BlockPasses {
+    double fwd = 0, bwd = 0, bwd_recomputed = 0, recompute = 0;
+  };
+  auto passes = [&](const LayerTimes& x) {
+    const double x_dense = x.params - x.expert_params, x_exp = x.expert_params;
+    const double ag = st.zero >= 3 ? dp_collective(Collective::kAllGather, x_dense * wb, x_exp * wb) : 0;
+    const double rs = st.zero >= 2 ? dp_collective(Collective::kReduceScatter, x_dense * gb, x_exp * gb) : 0;
+    const double w_shard = (x_dense / shard.weights + x_exp / shard_x.weights) * wb;
+    const double g_shard = (x_dense / shard.gradients + x_exp / shard_x.gradients) * gb;
+    const double w_swap = hardware::host_copy_time(c, off.weights * w_shard, k.comm);
+    const double g_swap = hardware::host_copy_time(c, off.gradients * g_shard, k.comm);
+    const double a_swap = hardware::host_copy_time(c, off.activations * x.saved, k.comm);
+    const double fwd_tp = tp_hidden ? 0 : x.fwd_tp;
+    const double bwd_tp = tp_hidden ? 0 : p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp;
+    const double fwd_tp_ov = tp_hidden ? x.fwd_tp : 0, bwd_tp_ov = tp_hidden ? x.bwd_tp : 0;
+    BlockPasses b;
+    b.fwd = std::max(overlapped(x.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp + x.fwd_exposed,
+                     host * x.kernels_fwd);
+    b.recompute = x.fwd + x.fwd_tp + x.fwd_exposed;
+    b.bwd = std::max(overlapped(x.bwd + (selective ? x.core_fwd : 0), ag + rs + bwd_tp_ov, w_swap + a_swap + g_swap,
+                                g_swap, fi) + bwd_tp + x.bwd_exposed,
+                     host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0)));
+    b.bwd_recomputed = std::max(overlapped(x.bwd + b.recompute, ag + rs + bwd_tp_ov + fwd_tp_ov,
+                                           w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp + x.bwd_exposed,
+                                host * (x.kernels_bwd + x.kernels_fwd));
+    return b;
+  };
+  const BlockPasses mb = passes(blk);
+  // A mixture of experts' first dense blocks (plan::dense_blocks: all on stage 0), recomputed
+  // first when the stage recomputes some of its blocks (Megatron's --recompute-method block).
+  const double nd = static_cast<double>(first ? dense_blocks_ : 0), ckd = std::min(ck, nd);
+  const BlockPasses db = nd > 0 ? passes(dns_) : BlockPasses{};
+  const double blk_dense = blk.params - blk.expert_params, blk_exp = blk.expert_params;
+  const double blk_fwd = mb.fwd;
+  const double recompute_full = mb.recompute;
 
   auto edge_fwd = [&](const LayerTimes& x) { return std::max(x.fwd + x.fwd_tp, host * x.kernels_fwd); };
   auto edge_bwd = [&](const LayerTimes& x) {
     return std::max(x.bwd + (p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp), host * x.kernels_bwd);
   };
-  const double fwd = l * blk_fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
-  const double bwd =
-      (l - ck) * blk_bwd_nc + ck * blk_bwd_ck + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0);
+  const double fwd = (l - nd) * blk_fwd + nd * db.fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
+  const double bwd = (l - nd - (ck - ckd)) * mb.bwd + (ck - ckd) * mb.bwd_recomputed + (nd - ckd) * db.bwd +
+                     ckd * db.bwd_recomputed + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0);
   // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
   // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter
   // kept (ZeRO-2/3 reduce-scatter every micro-batch and accumulate their shard).
-  const double accum_params = (l * blk_dense + (first ? emb.params : 0) + (last ? head.params : 0)) / shard.gradients +
-                              l * blk_exp / shard_x.gradients;
+  const double dns_params = nd * dns_.params;
+  const double accum_params =
+      ((l - nd) * blk_dense + dns_params + (first ? emb.params : 0) + (last ? head.params : 0)) / shard.gradients +
+      (l - nd) * blk_exp / shard_x.gradients;
   const double accum =
       p.grad_accumulation_fusion ? 0 : hardware::streaming_time(c.gpu, accum_params * 3 * gb, k.perf);
   const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
@@ -284,14 +306,17 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   s.fwd = fwd;
   s.bwd = bwd + accum;
   s.p2p = p2p_s;
-  s.recompute = ck * recompute_full + (selective ? (l - ck) * blk.core_fwd : 0);
-  s.tp = l * (blk.fwd_tp + blk.bwd_tp + blk.fwd_exposed + blk.bwd_exposed) + ck * (blk.fwd_tp + blk.fwd_exposed);
+  s.recompute = (ck - ckd) * recompute_full + ckd * db.recompute +
+                (selective ? (l - nd - (ck - ckd)) * blk.core_fwd + (nd - ckd) * dns_.core_fwd : 0);
+  auto tp_of = [](const LayerTimes& x) { return x.fwd_tp + x.bwd_tp + x.fwd_exposed + x.bwd_exposed; };
+  s.tp = (l - nd) * tp_of(blk) + nd * tp_of(dns_) + (ck - ckd) * (blk.fwd_tp + blk.fwd_exposed) +
+         ckd * (dns_.fwd_tp + dns_.fwd_exposed);
 
   // Once per iteration: gradient reduction (ZeRO-0/1), the all-gather of updated parameters
   // (ZeRO-1+; ZeRO-3 gathers per layer instead), the optimizer step, the tied-embedding sync.
-  const double stage_params = l * blk.params + (first ? emb.params : 0) + (last ? head.params : 0) +
-                              (last && p.pp > 1 ? tied_params_ : 0);
-  const double stage_exp = l * blk_exp, stage_dense = stage_params - stage_exp;
+  const double stage_params = (l - nd) * blk.params + dns_params + (first ? emb.params : 0) +
+                              (last ? head.params : 0) + (last && p.pp > 1 ? tied_params_ : 0);
+  const double stage_exp = (l - nd) * blk_exp, stage_dense = stage_params - stage_exp;
   double grad_sync = 0, param_gather = 0;
   if (st.zero <= 1) {
     grad_sync = dp_collective(st.zero == 1 ? Collective::kReduceScatter : Collective::kAllReduce, stage_dense * gb,

@@ -116,6 +116,7 @@ class StageTimer {
   double model_flops_per_iteration() const { return model_flops_; }
   // Compute and TP times of one transformer block, the embedding and the head.
   const LayerTimes& block_times() const { return blk_; }
+  const LayerTimes& dense_block_times() const { return dns_; }  // a mixture of experts' first dense blocks
   const LayerTimes& embedding_times() const { return emb_; }
   const LayerTimes& head_times() const { return head_; }
   // Where the op times came from (each op of the three layers once, forward and backward apart).
@@ -129,6 +130,8 @@ class StageTimer {
   TimeConstants k_;
   hardware::Placement place_;
   LayerTimes blk_, emb_, head_;
+  LayerTimes dns_;            // a mixture of experts' first dense blocks (dense_blocks_ of them, on stage 0)
+  double dense_blocks_ = 0;
   double tied_params_ = 0;
   double p2p_s_ = 0;  // one boundary transfer
   double model_flops_ = 0;

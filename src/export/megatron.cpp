@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cmath>
+#include <functional>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -17,7 +19,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 68> kFlags{{
+constexpr std::array<FlagSpec, 69> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -89,14 +91,18 @@ constexpr std::array<FlagSpec, 68> kFlags{{
     {"--quick-geglu", false},
     {"--glu-linear-offset", true},
     {"--activation-func-clamp-value", true},
+    {"--moe-layer-freq", true},  // arguments.py:327 moe_freq_type
 }};
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
 
-// The MoE layer graph/lower_moe.cpp models: every block MoE (--moe-layer-freq 1, the default),
-// grouped-GEMM experts behind the all-to-all dispatcher.
+// The MoE layer graph/lower_moe.cpp models: every block MoE (--moe-layer-freq 1, the default)
+// after the model's first dense blocks (a pattern "([0]*k+[1]*n)"), grouped-GEMM experts behind
+// the all-to-all dispatcher.
 void add_moe_options(std::vector<Option>& o, const spec::ModelSpec& m) {
   add(o, "--num-experts", m.num_experts);
+  if (m.first_dense_layers > 0)
+    add(o, "--moe-layer-freq", fmt::format("([0]*{}+[1]*{})", m.first_dense_layers, m.moe_layers()));
   add(o, "--moe-router-topk", m.experts_per_token);
   add(o, "--moe-ffn-hidden-size", m.moe_ffn_hidden_size);
   add(o, "--moe-grouped-gemm");
@@ -104,6 +110,94 @@ void add_moe_options(std::vector<Option>& o, const spec::ModelSpec& m) {
   if (m.shared_expert_ffn_hidden_size > 0)
     add(o, "--moe-shared-expert-intermediate-size", m.shared_expert_ffn_hidden_size);
   if (m.shared_expert_gate) add(o, "--moe-shared-expert-gate");
+}
+
+// --moe-layer-freq as moe_freq_type reads it: an integer N (block i is MoE when i % N == 0) or a
+// list expression of 0s and 1s ("([0]*3+[1]*58)", "[1,1,0]*2"): terms joined by '+', each a list
+// or a parenthesised expression, optionally repeated by '*n'. nullopt: not of that form.
+std::optional<std::vector<int>> layer_pattern(std::string_view text, int64_t layers) {
+  std::string t;
+  for (char ch : text)
+    if (ch != ' ' && ch != '"' && ch != '\'') t += ch;
+  if (!t.empty() && t.find('[') == std::string::npos) {
+    int64_t n = 0;
+    for (char ch : t) {
+      if (ch < '0' || ch > '9' || n > layers) return std::nullopt;
+      n = n * 10 + (ch - '0');
+    }
+    if (n < 1) return std::nullopt;
+    std::vector<int> out;
+    for (int64_t i = 0; i < layers; ++i) out.push_back(i % n == 0 ? 1 : 0);
+    return out;
+  }
+  size_t at = 0;
+  auto integer = [&]() -> std::optional<int64_t> {
+    int64_t n = 0;
+    const size_t from = at;
+    while (at < t.size() && t[at] >= '0' && t[at] <= '9' && n <= 1'000'000) n = n * 10 + (t[at++] - '0');
+    return at > from ? std::optional<int64_t>(n) : std::nullopt;
+  };
+  std::function<std::optional<std::vector<int>>()> expr = [&]() -> std::optional<std::vector<int>> {
+    std::vector<int> out;
+    while (true) {
+      std::vector<int> atom;
+      if (at < t.size() && t[at] == '(') {
+        ++at;
+        auto inner = expr();
+        if (!inner || at >= t.size() || t[at] != ')') return std::nullopt;
+        ++at;
+        atom = *inner;
+      } else if (at < t.size() && t[at] == '[') {
+        ++at;
+        while (at < t.size() && t[at] != ']') {
+          auto v = integer();
+          if (!v || *v > 1) return std::nullopt;
+          atom.push_back(static_cast<int>(*v));
+          if (at < t.size() && t[at] == ',') ++at;
+        }
+        if (at >= t.size()) return std::nullopt;
+        ++at;
+      } else {
+        return std::nullopt;
+      }
+      int64_t times = 1;
+      if (at < t.size() && t[at] == '*') {
+        ++at;
+        auto n = integer();
+        if (!n) return std::nullopt;
+        times = *n;
+      }
+      if (static_cast<int64_t>(out.size() + atom.size() * times) > 4 * layers + 16) return std::nullopt;
+      for (int64_t i = 0; i < times; ++i) out.insert(out.end(), atom.begin(), atom.end());
+      if (at < t.size() && t[at] == '+') {
+        ++at;
+        continue;
+      }
+      return out;
+    }
+  };
+  auto out = expr();
+  if (!out || at != t.size()) return std::nullopt;
+  return out;
+}
+
+Result<void> check_layer_freq(const Flags& f, const spec::ModelSpec& m) {
+  const std::string text = f.string("--moe-layer-freq").value_or("1");
+  std::vector<int> want;
+  for (int64_t i = 0; i < m.num_layers; ++i) want.push_back(i < m.first_dense_layers ? 0 : 1);
+  const auto got = layer_pattern(text, m.num_layers);
+  if (!got)
+    return fail("--moe-layer-freq", fmt::format("\"{}\" is neither an integer nor a list pattern such as "
+                                                "\"([0]*3+[1]*58)\"", text));
+  if (got->size() != want.size())
+    return fail("--moe-layer-freq", fmt::format("\"{}\" gives {} blocks but model {} has {}", text, got->size(),
+                                                m.name, m.num_layers));
+  if (*got != want)
+    return fail("--moe-layer-freq",
+                fmt::format("\"{}\" is not model {}'s layout: {} dense block{} first, then {} MoE blocks{}", text,
+                            m.name, m.first_dense_layers, m.first_dense_layers == 1 ? "" : "s", m.moe_layers(),
+                            f.has("--moe-layer-freq") ? "" : " (the default is 1: every block MoE)"));
+  return {};
 }
 
 // An import's MoE flags against the model: what Megatron-LM would build must be what mist plans.
@@ -117,6 +211,7 @@ Result<void> check_moe_flags(const Flags& f, const spec::ModelSpec& m) {
     return fail("--num-experts", fmt::format("is missing: model {} is a mixture of {} experts, which "
                                              "Megatron-LM would build as a dense model", m.name, m.num_experts));
   MIST_CHECK(detail::check_model_flag(f, "--num-experts", m.num_experts, m, "experts"));
+  MIST_CHECK(check_layer_freq(f, m));
   MIST_TRY(auto topk, f.integer("--moe-router-topk", 1, int64_t{1} << 20));
   if (topk.value_or(2) != m.experts_per_token)  // Megatron's default top-k is 2
     return fail("--moe-router-topk", fmt::format("is {}{} but model {} routes each token to {} experts",
@@ -191,8 +286,10 @@ Result<void> check_gpt_oss_flags(const Flags& f, const spec::ModelSpec& m) {
 void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const spec::TrainingSpec& t) {
   add(o, "--num-layers", m.num_layers);
   add(o, "--hidden-size", m.hidden_size);
-  // A mixture of experts has no dense block; Megatron's recipes give the expert width for both.
-  add(o, "--ffn-hidden-size", m.is_moe() ? m.moe_ffn_hidden_size : m.ffn_hidden_size);
+  // A mixture of experts without dense blocks: Megatron's recipes give the expert width for both;
+  // with dense first blocks --ffn-hidden-size is theirs (TransformerConfig.ffn_hidden_size).
+  add(o, "--ffn-hidden-size",
+      m.is_moe() && m.first_dense_layers == 0 ? m.moe_ffn_hidden_size : m.ffn_hidden_size);
   add(o, "--num-attention-heads", m.num_heads);
   // Qwen3: heads of their own size (Megatron's default kv_channels is hidden / heads) and q/k norms.
   if (m.decoupled_head_dim()) add(o, "--kv-channels", m.head_dim());
@@ -342,7 +439,9 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   MIST_CHECK(detail::check_model_flag(f, "--num-layers", m.num_layers, m, "layers"));
   MIST_CHECK(detail::check_model_flag(f, "--hidden-size", m.hidden_size, m, "hidden units"));
   MIST_CHECK(detail::check_model_flag(f, "--num-attention-heads", m.num_heads, m, "attention heads"));
-  if (!m.is_moe()) MIST_CHECK(detail::check_model_flag(f, "--ffn-hidden-size", m.ffn_hidden_size, m, "FFN units"));
+  if (!m.is_moe() || m.first_dense_layers > 0)
+    MIST_CHECK(detail::check_model_flag(f, "--ffn-hidden-size", m.ffn_hidden_size, m,
+                                        m.is_moe() ? "FFN units in its dense blocks" : "FFN units"));
   if (f.has("--group-query-attention"))
     MIST_CHECK(detail::check_model_flag(f, "--num-query-groups", m.num_kv_heads, m, "key/value heads"));
   MIST_TRY(auto kv_channels, f.integer("--kv-channels", 1, 1 << 20));

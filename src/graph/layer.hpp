@@ -176,7 +176,11 @@ struct LoweringOptions {
 
 struct LoweredModel {
   Layer embedding;   // stage 0: token (+ position) embedding
-  Layer block;       // one transformer block; every block of the model has this shape
+  Layer block;       // one transformer block; every block of the model has this shape, except:
+  // a mixture of experts' first dense_blocks blocks (ModelSpec::first_dense_layers), which have the
+  // dense MLP (dense_block; empty when dense_blocks is 0). Plans hold them all on the first stage.
+  Layer dense_block;
+  long dense_blocks = 0;
   Layer head;        // last stage: final norm, LM head, loss
   long num_blocks = 0;
   // The LM head weight when it is tied to the embedding: held once with pp = 1, and as a

@@ -395,8 +395,8 @@ int mlp(LayerBuilder& B, int x, const ModelSpec& m, const std::string& prefix, E
   return row_linear(B, prefix + ".fc2", y, width / s.t, m.linear_bias);
 }
 
-Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work) {
-  LayerBuilder B("block", LayerKind::kBlock, o);
+Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work, bool dense_mlp = false) {
+  LayerBuilder B(dense_mlp ? "dense_block" : "block", LayerKind::kBlock, o);
   Expr region_elems = sb(o) * S().h / region(o);
   int x = B.tensor("block.input", region_elems * w(o));
   if (m.parallel_block) {
@@ -415,7 +415,7 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work) {
   ya = dropout(B, "attn.dropout_out", ya, region_elems);
   int r1 = residual_add(B, "residual1", x, ya);
   int x2 = norm(B, "ln2", r1, m.norm, m);
-  int ym = m.is_moe() ? moe_mlp(B, x2, m) : mlp(B, x2, m, "mlp", S().f);
+  int ym = m.is_moe() && !dense_mlp ? moe_mlp(B, x2, m) : mlp(B, x2, m, "mlp", S().f);
   ym = dropout(B, "mlp.dropout_out", ym, region_elems);
   int out = residual_add(B, "residual2", r1, ym);
   return B.done(x, out);
@@ -577,6 +577,12 @@ LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringO
   if (opts.compiled_blocks) block_opts.eager_elementwise = false;
   lm.block = lower_block(m, block_opts, attention_work(m, seq_length));
   lm.block.compiled = opts.compiled_blocks;
+  if (m.is_moe() && m.first_dense_layers > 0) {
+    lm.dense_block = lower_block(m, block_opts, attention_work(m, seq_length), true);
+    lm.dense_block.compiled = opts.compiled_blocks;
+    lm.dense_blocks = m.first_dense_layers;
+    mark_selective_recompute(lm.dense_block, opts.selective);
+  }
   LoweringOptions head_opts = opts;
   head_opts.fp8 = false;  // the LM head stays bf16 (Megatron's output layer is not a TE linear; torchtitan's
                           // float8 converter skips "output")

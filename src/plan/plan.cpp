@@ -224,6 +224,15 @@ Result<void> check_experts(const spec::ModelSpec& m, int64_t tp_cp, int64_t dp, 
   return {};
 }
 
+bool holds_dense_blocks(const spec::ModelSpec& m, int64_t first_stage_layers, int64_t virtual_stages) {
+  if (!m.is_moe() || m.first_dense_layers == 0) return true;
+  return first_stage_layers / std::max<int64_t>(1, virtual_stages) >= m.first_dense_layers;
+}
+
+int64_t dense_blocks(const spec::ModelSpec& m, int stage) {
+  return m.is_moe() && stage == 0 ? m.first_dense_layers : 0;
+}
+
 int64_t expert_dp(const Plan& p) { return std::max<int64_t>(1, p.tp * p.cp * p.dp / (p.ep * p.etp)); }
 
 int64_t grad_dp(const Plan& p) { return p.dp * p.cp; }
@@ -279,6 +288,13 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
   MIST_CHECK(check_tp(m, p.tp));
   MIST_CHECK(check_experts(m, p.tp * p.cp, p.dp, p.ep, p.etp));
   MIST_CHECK(check_cp(m, t, p.cp));
+  if (!holds_dense_blocks(m, p.stages.front().num_layers, p.virtual_pipeline_stages))
+    return fail("plan.stages[0].num_layers",
+                fmt::format("{} layers{} leave out some of {}'s {} dense blocks: mist plans them all in the first "
+                            "stage's first model chunk", p.stages.front().num_layers,
+                            p.virtual_pipeline_stages > 1 ? fmt::format(" in {} chunks", p.virtual_pipeline_stages)
+                                                          : std::string(),
+                            m.name, m.first_dense_layers));
   // Megatron-LM (validate_args) refuses MoE under tensor parallelism without sequence parallelism.
   if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
     return fail("plan.sequence_parallel", "a mixture of experts with tp > 1 needs sequence parallelism (as in Megatron)");

@@ -91,6 +91,13 @@ Result<void> check_tp(const spec::ModelSpec& m, int64_t tp);
 // plan.etp.
 // `tp_cp` is tp·cp, the attention's GPUs per data-parallel rank.
 Result<void> check_experts(const spec::ModelSpec& m, int64_t tp_cp, int64_t dp, int64_t ep, int64_t etp);
+// A mixture of experts' first dense blocks (ModelSpec::first_dense_layers) all sit in the first
+// stage's first model chunk (of first_stage_layers / virtual_stages blocks): what mist plans, so
+// that every other stage holds MoE blocks only. validate_plan refuses other splits; the tuner
+// skips them.
+bool holds_dense_blocks(const spec::ModelSpec& m, int64_t first_stage_layers, int64_t virtual_stages);
+// The dense blocks stage `stage` holds under that rule (first_dense_layers on stage 0, else 0).
+int64_t dense_blocks(const spec::ModelSpec& m, int stage);
 // The expert data-parallel degree the plan leaves: tp·cp·dp / (ep·etp) (Megatron's
 // expert_data_parallel_size: the experts fold over the attention's tp·cp·dp GPUs).
 int64_t expert_dp(const Plan& p);

@@ -1,6 +1,7 @@
 // ModelSpec: parsing (Hugging Face config.json or mist's own form), validation, parameter counts.
 #include "spec/model.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -100,15 +101,26 @@ Result<void> require_every_block_sparse(const JsonFields& f) {
     return fail(f.field_path("decoder_sparse_step"),
                 fmt::format("unsupported: {} (only every {}th block sparse); mist models models whose "
                             "blocks are all MoE", step, step));
-  if (f.has("mlp_only_layers")) {
-    const Json& v = f.raw("mlp_only_layers");
-    if (!v.is_array())
-      return fail(f.field_path("mlp_only_layers"), "must be a list of layer indices");
-    if (!v.empty())
-      return fail(f.field_path("mlp_only_layers"),
-                  "unsupported: dense blocks among MoE blocks are not modelled yet");
-  }
   return {};
+}
+
+// Qwen-MoE's mlp_only_layers: blocks with the dense MLP of intermediate_size. mist models dense
+// blocks first (a prefix 0, 1, ..., k−1); returns k.
+Result<int64_t> dense_prefix(const JsonFields& f) {
+  if (!f.has("mlp_only_layers")) return int64_t{0};
+  const Json& v = f.raw("mlp_only_layers");
+  if (!v.is_array()) return fail(f.field_path("mlp_only_layers"), "must be a list of layer indices");
+  std::vector<int64_t> layers;
+  for (const auto& e : v) {
+    if (!e.is_number_integer()) return fail(f.field_path("mlp_only_layers"), "must be a list of layer indices");
+    layers.push_back(e.get<int64_t>());
+  }
+  std::sort(layers.begin(), layers.end());
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i] != static_cast<int64_t>(i))
+      return fail(f.field_path("mlp_only_layers"),
+                  "unsupported: dense blocks after MoE blocks (mist models dense blocks first: 0, 1, ..., k−1)");
+  return static_cast<int64_t>(layers.size());
 }
 
 // Mistral and Mixtral: "sliding_window" (null: full attention). Qwen2 applies its window only with
@@ -204,7 +216,8 @@ Result<ModelSpec> from_qwen2_moe(const JsonFields& f, const std::string& what) {
   MIST_TRY(m.shared_expert_ffn_hidden_size,
            f.integer_or("shared_expert_intermediate_size", 5632, 0, kMaxFfn));
   m.shared_expert_gate = m.shared_expert_ffn_hidden_size > 0;
-  m.ffn_hidden_size = 0;  // intermediate_size is the width of dense blocks, which it has none of
+  MIST_TRY(m.first_dense_layers, dense_prefix(f));
+  if (m.first_dense_layers == 0) m.ffn_hidden_size = 0;  // intermediate_size is the dense blocks' width
   return m;
 }
 
@@ -245,7 +258,8 @@ Result<ModelSpec> from_qwen3_moe(const JsonFields& f, const std::string& what) {
   MIST_TRY(m.num_experts, f.integer_or("num_experts", 128, 1, kMaxExperts));  // Qwen3MoeConfig defaults
   MIST_TRY(m.experts_per_token, f.integer_or("num_experts_per_tok", 8, 1, m.num_experts));
   MIST_TRY(m.moe_ffn_hidden_size, f.integer_or("moe_intermediate_size", 768, 1, kMaxFfn));
-  m.ffn_hidden_size = 0;  // intermediate_size is the width of dense blocks, which it has none of
+  MIST_TRY(m.first_dense_layers, dense_prefix(f));
+  if (m.first_dense_layers == 0) m.ffn_hidden_size = 0;  // intermediate_size is the dense blocks' width
   return m;
 }
 
@@ -397,7 +411,7 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
        "ffn_hidden_size", "vocab_size", "max_position_embeddings", "norm", "mlp", "positions",
        "parallel_block", "norms_per_block", "qkv_bias", "linear_bias", "tie_word_embeddings",
        "num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
-       "shared_expert_gate", "sliding_window", "full_attention_interval", "attention_sinks", "swiglu_limit",
+       "shared_expert_gate", "first_dense_layers", "sliding_window", "full_attention_interval", "attention_sinks", "swiglu_limit",
        "head_dim", "qk_norm"}));
   ModelSpec m;
   MIST_TRY(m.name, f.string("name"));
@@ -408,9 +422,11 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
   MIST_TRY(m.num_heads, f.integer("num_heads", 1, kMaxHidden));
   MIST_TRY(m.num_kv_heads, f.integer_or("num_kv_heads", m.num_heads, 1, kMaxHidden));
   MIST_TRY(m.num_experts, f.integer_or("num_experts", 0, 0, kMaxExperts));
-  // A mixture of experts has no dense MLP width.
-  MIST_TRY(m.ffn_hidden_size, m.is_moe() ? f.integer_or("ffn_hidden_size", 0, 0, 0)
-                                         : f.integer("ffn_hidden_size", 1, kMaxFfn));
+  MIST_TRY(m.first_dense_layers, f.integer_or("first_dense_layers", 0, 0, kMaxLayers));
+  // A mixture of experts has a dense MLP width only for its first dense blocks.
+  MIST_TRY(m.ffn_hidden_size, !m.is_moe()                  ? f.integer("ffn_hidden_size", 1, kMaxFfn)
+                              : m.first_dense_layers == 0 ? f.integer_or("ffn_hidden_size", 0, 0, 0)
+                                                          : f.integer("ffn_hidden_size", 1, kMaxFfn));
   MIST_TRY(m.experts_per_token, f.integer_or("experts_per_token", 0, 0, kMaxExperts));
   MIST_TRY(m.moe_ffn_hidden_size, f.integer_or("moe_ffn_hidden_size", 0, 0, kMaxFfn));
   MIST_TRY(m.shared_expert_ffn_hidden_size, f.integer_or("shared_expert_ffn_hidden_size", 0, 0, kMaxFfn));
@@ -454,7 +470,7 @@ struct BlockCounts {
   int64_t common = 0, expert = 0;
 };
 
-BlockCounts block_counts(const ModelSpec& m) {
+BlockCounts block_counts(const ModelSpec& m, bool dense_mlp = false) {
   const int64_t h = m.hidden_size, f = m.ffn_hidden_size, kv = kv_width(m), q = m.num_heads > 0 ? m.query_width() : 0;
   int64_t attn = 2 * h * q + 2 * h * kv;
   if (m.qkv_bias) attn += q + 2 * kv;
@@ -462,7 +478,7 @@ BlockCounts block_counts(const ModelSpec& m) {
   if (m.qk_norm) attn += 2 * norm_parameters(Norm::kRmsNorm, m.head_dim());  // q_norm, k_norm: one d each
   if (m.attention_sinks) attn += m.num_heads;
   const int64_t norms = m.norms_per_block * norm_parameters(m.norm, h);
-  if (m.is_moe()) {
+  if (m.is_moe() && !dense_mlp) {
     const int64_t fs = m.shared_expert_ffn_hidden_size, fe = m.moe_ffn_hidden_size;
     int64_t shared = 3 * h * fs + (m.shared_expert_gate ? h : 0);
     int64_t router = h * m.num_experts, expert = 3 * h * fe;
@@ -504,13 +520,20 @@ int64_t ModelSpec::active_block_parameters() const {
   return c.common + experts_per_token * c.expert;
 }
 
-// L blocks + word embedding V*h + learned position table (GPT) + final norm + LM head unless tied.
-int64_t ModelSpec::num_parameters() const { return num_layers * block_parameters() + outside_blocks(*this); }
+int64_t ModelSpec::dense_block_parameters() const { return block_counts(*this, true).common; }
+
+// L blocks (the first dense ones of a mixture of experts apart) + word embedding V*h + learned
+// position table (GPT) + final norm + LM head unless tied.
+int64_t ModelSpec::num_parameters() const {
+  const int64_t k = is_moe() ? first_dense_layers : 0;
+  return (num_layers - k) * block_parameters() + k * dense_block_parameters() + outside_blocks(*this);
+}
 
 // The embedding row a token reads is one of V*h, but by the usual convention (the model cards'
 // "activated parameters") the embedding and head count whole.
 int64_t ModelSpec::num_active_parameters() const {
-  return num_layers * active_block_parameters() + outside_blocks(*this);
+  const int64_t k = is_moe() ? first_dense_layers : 0;
+  return (num_layers - k) * active_block_parameters() + k * dense_block_parameters() + outside_blocks(*this);
 }
 
 namespace {
@@ -529,10 +552,16 @@ Result<void> validate_experts(const ModelSpec& m, const At& at) {
   if (m.shared_expert_ffn_hidden_size < 0 || m.shared_expert_ffn_hidden_size > kMaxFfn)
     return fail(at("shared_expert_ffn_hidden_size"),
                 fmt::format("must be between 0 and {}, got {}", kMaxFfn, m.shared_expert_ffn_hidden_size));
-  if (m.ffn_hidden_size != 0)
+  if (m.first_dense_layers < 0 || m.first_dense_layers >= m.num_layers)
+    return fail(at("first_dense_layers"), fmt::format("must be between 0 and num_layers − 1 ({}), got {}",
+                                                      m.num_layers - 1, m.first_dense_layers));
+  if (m.first_dense_layers == 0 && m.ffn_hidden_size != 0)
     return fail(at("ffn_hidden_size"),
-                fmt::format("must be 0 for a mixture of experts (the expert width is moe_ffn_hidden_size), got {}",
-                            m.ffn_hidden_size));
+                fmt::format("must be 0 for a mixture of experts without dense blocks (the expert width is "
+                            "moe_ffn_hidden_size), got {}", m.ffn_hidden_size));
+  if (m.first_dense_layers > 0 && (m.ffn_hidden_size < 1 || m.ffn_hidden_size > kMaxFfn))
+    return fail(at("ffn_hidden_size"), fmt::format("must be between 1 and {} (the width of the {} dense blocks), got {}",
+                                                   kMaxFfn, m.first_dense_layers, m.ffn_hidden_size));
   if (m.mlp != Mlp::kSwiGlu)
     return fail(at("mlp"), "a mixture of experts needs SwiGLU experts (GELU experts are not modelled)");
   if (m.parallel_block)
@@ -565,6 +594,7 @@ Result<void> validate_model(const ModelSpec& m, const std::string& path) {
     MIST_SPEC_CHECK(in_range("ffn_hidden_size", m.ffn_hidden_size, kMaxFfn));
     // Expert settings without experts would be ignored: refuse them.
     for (auto [key, v] : {std::pair{"experts_per_token", m.experts_per_token},
+                          std::pair{"first_dense_layers", m.first_dense_layers},
                           std::pair{"moe_ffn_hidden_size", m.moe_ffn_hidden_size},
                           std::pair{"shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size}})
       if (v != 0) return fail(at(key), fmt::format("is {} but num_experts is 0 (a dense model)", v));
@@ -658,6 +688,7 @@ Json model_to_json(const ModelSpec& m) {
     j["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
     j["shared_expert_ffn_hidden_size"] = m.shared_expert_ffn_hidden_size;
     j["shared_expert_gate"] = m.shared_expert_gate;
+    if (m.first_dense_layers > 0) j["first_dense_layers"] = m.first_dense_layers;
   }
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.full_attention_interval > 0) j["full_attention_interval"] = m.full_attention_interval;

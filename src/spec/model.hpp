@@ -49,12 +49,15 @@ struct ModelSpec {
   // experts of moe_ffn_hidden_size units each, of which every token uses experts_per_token (top-k,
   // weighted by the router's probabilities), plus, when shared_expert_ffn_hidden_size > 0, one
   // shared SwiGLU expert every token passes through (Qwen2-MoE gates it with sigmoid(x·w), a
-  // 1-unit linear). ffn_hidden_size is then unused (0). 0 experts: the dense MLP above.
+  // 1-unit linear). 0 experts: the dense MLP above. first_dense_layers k > 0: the first k blocks
+  // have the dense MLP of ffn_hidden_size instead (DeepSeek's first_k_dense_replace, Qwen-MoE's
+  // mlp_only_layers [0, k)); else ffn_hidden_size is unused (0).
   int64_t num_experts = 0;                    // E
   int64_t experts_per_token = 0;              // k
   int64_t moe_ffn_hidden_size = 0;            // f_e, per expert and per SwiGLU branch
   int64_t shared_expert_ffn_hidden_size = 0;  // f_s, 0 without a shared expert
   bool shared_expert_gate = false;
+  int64_t first_dense_layers = 0;             // k
   // Sliding-window attention (Mistral, Mixtral, gpt-oss): each token attends to the last
   // sliding_window positions; 0 for full causal attention. full_attention_interval N > 0: every Nth
   // block (the Nth, 2Nth, ...) attends over the whole sequence and the others use the window
@@ -79,8 +82,12 @@ struct ModelSpec {
   // Parameters one token's forward pass uses: all of them for a dense model; the router, the
   // experts_per_token routed experts and the shared expert (not the other experts) for MoE.
   int64_t num_active_parameters() const;
+  // One MoE block (a dense model's block), and one of the first_dense_layers dense blocks.
   int64_t block_parameters() const;
   int64_t active_block_parameters() const;
+  int64_t dense_block_parameters() const;
+  // Blocks with the routed experts: num_layers − first_dense_layers (0 for a dense model).
+  int64_t moe_layers() const { return is_moe() ? num_layers - first_dense_layers : 0; }
   bool operator==(const ModelSpec&) const = default;
 };
 

@@ -36,10 +36,12 @@ Result<StageCosts> StageCosts::create(const analysis::PreparedJob& job, const Se
     progs.push_back(prog);
   }
   MIST_TRY(auto timer, analysis::StageTimer::create(job, layout));
+  const int64_t min_layers =
+      plan::dense_blocks(job.model(), 0) * std::max<int64_t>(1, layout.virtual_pipeline_stages);
   return StageCosts(job.cluster(), space, layout, std::move(timer), std::move(progs),
                     analysis::nccl_buffer_bytes(layout, job.cluster(),
                                                 analysis::uses_expert_groups(layout, job.model().is_moe())),
-                    job.usable_memory_bytes());
+                    job.usable_memory_bytes(), min_layers);
 }
 
 void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
@@ -71,6 +73,7 @@ std::vector<Point> StageCosts::cost(const std::vector<plan::StagePlan>& settings
   std::vector<double> peak, host;
   evaluate(settings, index, peak, host, stats);
   for (size_t r = 0; r < settings.size(); ++r) {
+    if (index == 0 && settings[r].num_layers < first_stage_min_layers_) continue;
     const double e = excess(peak[r], host[r]);
     if (least && e < least->excess) *least = Point{0, 0, peak[r], settings[r], e};
     if (e > 0) continue;

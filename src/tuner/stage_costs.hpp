@@ -81,9 +81,9 @@ class StageCosts {
 
  private:
   StageCosts(const spec::ClusterSpec& c, const SearchSpace& space, plan::Plan layout, analysis::StageTimer timer,
-             std::vector<const sym::Program*> programs, double nccl, double usable)
+             std::vector<const sym::Program*> programs, double nccl, double usable, int64_t first_stage_min_layers)
       : c_(&c), space_(&space), layout_(std::move(layout)), timer_(std::move(timer)), programs_(std::move(programs)),
-        nccl_(nccl), usable_(usable) {}
+        nccl_(nccl), usable_(usable), first_stage_min_layers_(first_stage_min_layers) {}
   // Peak and host bytes of `rows` settings, written to peak[r], host[r].
   void evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
                 std::vector<double>& host, TuneStats& stats) const;
@@ -96,6 +96,9 @@ class StageCosts {
   std::vector<const sym::Program*> programs_;  // per stage index
   double nccl_ = 0;
   double usable_ = 0;  // GPU memory a stage may use (PreparedJob::usable_memory_bytes)
+  // Stage 0 holds a mixture of experts' first dense blocks in its first chunk (plan::holds_dense_blocks):
+  // settings of fewer layers are not costed.
+  int64_t first_stage_min_layers_ = 0;
 };
 
 }  // namespace mist::tuner

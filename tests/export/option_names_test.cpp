@@ -46,7 +46,8 @@ const std::set<std::string> kMegatronNames{
     // gpt-oss: arguments.py:2384-2393 (window), TransformerConfig softmax_type :170, glu_linear_offset
     // :231, activation_func_clamp_value :235, --quick-geglu arguments.py:2452.
     "--window-size", "--window-attn-skip-freq", "--softmax-type", "--quick-geglu", "--glu-linear-offset",
-    "--activation-func-clamp-value"};
+    "--activation-func-clamp-value",
+    "--moe-layer-freq"};  // arguments.py:327 moe_freq_type
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.

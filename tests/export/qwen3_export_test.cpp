@@ -97,6 +97,46 @@ TEST(GptOssExport, MegatronGetsTheWindowSinksAndActivationAndTheyRoundTrip) {
                "--window-size", "whole sequence");
 }
 
+// Dense first blocks: --moe-layer-freq "([0]*k+[1]*n)", read back as moe_freq_type reads it (an
+// integer, or a list expression); a layout other than the model's is refused naming the flag.
+TEST(DenseFirstExport, MoeLayerFreqRoundTrips) {
+  auto m = model("qwen3-30b-a3b");
+  m.first_dense_layers = 2;
+  m.ffn_hidden_size = 6144;
+  auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), qwen3_plan(m), {}});
+  ASSERT_TRUE(r && r->exported) << (r ? "" : r.error().to_string());
+  const auto& o = r->exported->options;
+  EXPECT_EQ(value(o, "--moe-layer-freq"), std::optional<std::string>("([0]*2+[1]*46)"));
+  EXPECT_EQ(value(o, "--ffn-hidden-size"), std::optional<std::string>("6144"));  // the dense blocks'
+  EXPECT_EQ(value(o, "--moe-ffn-hidden-size"), std::optional<std::string>("768"));
+  const std::string cmd = command(o);
+  auto back = import_megatron_flags(cmd, m, cluster(2, 8));
+  ASSERT_TRUE(back) << back.error().to_string();
+  auto with_freq = [&](const std::string& f) {
+    return import_megatron_flags(without_token(cmd, " --moe-layer-freq ([0]*2+[1]*46)") + " --moe-layer-freq " + f,
+                                 m, cluster(2, 8));
+  };
+  EXPECT_TRUE(with_freq("'[0,0]+[1]*46'").has_value());
+  EXPECT_TRUE(with_freq("'([0]*1+[0])+([1]*23)*2'").has_value());
+  expect_error(with_freq("1"), "--moe-layer-freq", "2 dense blocks first");
+  expect_error(with_freq("'([0]*3+[1]*45)'"), "--moe-layer-freq", "not model");
+  expect_error(with_freq("'([0]*2+[1]*40)'"), "--moe-layer-freq", "gives 42 blocks");
+  expect_error(with_freq("'[2]*48'"), "--moe-layer-freq", "neither");
+  expect_error(import_megatron_flags(without_token(cmd, " --ffn-hidden-size 6144") + " --ffn-hidden-size 768", m,
+                                     cluster(2, 8)),
+               "--ffn-hidden-size", "dense blocks");
+  expect_error(import_megatron_flags(without_token(cmd, " --moe-layer-freq ([0]*2+[1]*46)"), m, cluster(2, 8)),
+               "--moe-layer-freq", "the default is 1");
+  // The all-MoE catalog model: no flag, and a dense prefix given to it is refused.
+  const auto all = model("qwen3-30b-a3b");
+  auto a = export_plan(Engine::kMegatron, {all, cluster(2, 8), training(128, 4096), qwen3_plan(all), {}});
+  ASSERT_TRUE(a && a->exported);
+  EXPECT_FALSE(value(a->exported->options, "--moe-layer-freq").has_value());
+  expect_error(import_megatron_flags(command(a->exported->options) + " --moe-layer-freq '([0]*2+[1]*46)'", all,
+                                     cluster(2, 8)),
+               "--moe-layer-freq", "0 dense blocks");
+}
+
 // Megatron-Core asserts etp = 1 with biased experts.
 TEST(GptOssExport, BiasedExpertsNeedEtpOne) {
   const auto m = model("gpt-oss-20b");

@@ -85,7 +85,7 @@ TEST(MoeConfig, ExpertKeysUnderADenseTypeAreRefused) {
 
 TEST(MoeConfig, LayoutsMistCannotLowerAreRefused) {
   expect_error(model(with(kQwenMoe, "decoder_sparse_step", "2")), "model.decoder_sparse_step", "unsupported");
-  expect_error(model(with(kQwenMoe, "mlp_only_layers", "[0, 1]")), "model.mlp_only_layers", "dense blocks");
+  expect_error(model(with(kQwenMoe, "mlp_only_layers", "[1, 2]")), "model.mlp_only_layers", "dense blocks after");
   EXPECT_TRUE(model(with(kQwenMoe, "mlp_only_layers", "[]")).has_value());
   expect_error(model(with(kMixtral, "num_experts_per_tok", "9")), "model.num_experts_per_tok", "at most 8");
   expect_error(model(with(kMixtral, "model_type", "\"deepseek_v3\"")), "model.model_type", "latent attention");

@@ -62,13 +62,53 @@ TEST(Qwen3Config, RefusesWhatItCannotLower) {
   EXPECT_EQ(r.error().path, "model.num_experts");
   EXPECT_NE(r.error().message.find("qwen3_moe"), std::string::npos) << r.error().to_string();
   j = parse(kQwen3Moe);
-  j["mlp_only_layers"] = Json::array({0});
+  j["mlp_only_layers"] = Json::array({0, 2});  // a dense block after an MoE one
   r = model_from_json(j, "model");
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().path, "model.mlp_only_layers");
   // Only Megatron-Core's implementation is modelled.
   EXPECT_NE(megatron_core_only(*catalog_model("qwen3-8b")), "");
   EXPECT_EQ(megatron_core_only(*catalog_model("llama3-8b")), "");
+}
+
+// mlp_only_layers [0, k): the first k blocks have the dense MLP of intermediate_size; the counts
+// add k dense blocks and k fewer MoE blocks; mist's form keeps first_dense_layers and the width.
+TEST(Qwen3Config, DenseFirstBlocks) {
+  Json j = parse(kQwen3Moe);
+  j["mlp_only_layers"] = Json::array({1, 0});
+  auto m = model_from_json(j, "model");
+  ASSERT_TRUE(m.has_value()) << m.error().to_string();
+  EXPECT_EQ(m->first_dense_layers, 2);
+  EXPECT_EQ(m->ffn_hidden_size, 6144);
+  EXPECT_EQ(m->moe_layers(), 46);
+  const ModelSpec all_moe = *catalog_model("qwen3-30b-a3b");
+  // A dense block: the same attention and norms, an MLP of 3·2048·6144 instead of router and experts.
+  const int64_t attention_norms = 2 * 2048 * 4096 + 2 * 2048 * 512 + 2 * 128 + 2 * 2048;
+  EXPECT_EQ(m->dense_block_parameters(), attention_norms + 3 * 2048 * 6144);
+  EXPECT_EQ(m->num_parameters(),
+            all_moe.num_parameters() - 2 * all_moe.block_parameters() + 2 * m->dense_block_parameters());
+  EXPECT_EQ(m->num_active_parameters(),
+            all_moe.num_active_parameters() - 2 * all_moe.active_block_parameters() + 2 * m->dense_block_parameters());
+  auto back = model_from_json(model_to_json(*m), "roundtrip");
+  ASSERT_TRUE(back.has_value()) << back.error().to_string();
+  EXPECT_EQ(back->first_dense_layers, 2);
+  EXPECT_EQ(back->num_parameters(), m->num_parameters());
+  // mist's form: dense blocks need their width, and at least one MoE block must remain.
+  Json f = model_to_json(*m);
+  f.erase("ffn_hidden_size");
+  auto r = model_from_json(f, "model");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().path, "model.ffn_hidden_size");
+  f = model_to_json(*m);
+  f["first_dense_layers"] = 48;
+  r = model_from_json(f, "model");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().path, "model.first_dense_layers");
+  Json dense = model_to_json(*catalog_model("llama3-8b"));
+  dense["first_dense_layers"] = 2;
+  r = model_from_json(dense, "model");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().path, "model.first_dense_layers");
 }
 
 // Published counts (Qwen3 Technical Report, arXiv 2505.09388, Tables 1 and 2), to the precision
