@@ -6,6 +6,9 @@ set -euo pipefail
 # matmuls about 60x slower than OpenBLAS.
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev coinor-libcbc-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread libsqlite3-dev)
+# python3-pybind11 and python3-dev: the Python module `import mist` (python/, docs/python.md), built
+# when CMake finds them, for Debian's python3.
+packages+=(python3 python3-dev python3-pybind11)
 # clang-16 with its libFuzzer and sanitizer runtimes: the fuzz pass of scripts/test.sh
 # (docs/hardening.md); Debian 12's default clang (14) cannot compile libstdc++ 12's <expected>.
 packages+=(clang-16 libclang-rt-16-dev)

@@ -8,26 +8,21 @@
 
 #include <fmt/format.h>
 
-#include "advisor/advisor.hpp"
+#include "api/gpus.hpp"
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
 #include "cli/report.hpp"
-#include "profile/op_source.hpp"
 
 namespace mist::cli {
 
 namespace {
 
 struct GpusArgs {
-  std::string model, training, prices, space = "mist", profile_db, engine;
-  CalibrationArgs calibration;  // its engine is the --engine above
-  std::vector<std::string> candidates;
-  std::vector<int64_t> counts = {8, 16, 64};
-  double tokens = 1e12;
+  std::string model, training;
+  api::GpusRequest request;  // the options below but --gpus-per-node and --json
   int64_t gpus_per_node = 0;  // 0: the catalog's node size per GPU type
-  int threads = 2;
-  bool fast = false, json = false;
+  bool json = false;
 };
 
 // "dp 2 tp 4 pp 2 mb 1 G 64 sel zero 11 ckpt 3/40,0/40 off w.5": enough to recognise the plan.
@@ -55,40 +50,7 @@ std::string money(double usd) {
   return fmt::format("${:.2f}", usd);
 }
 
-Json row_json(const advisor::Row& r) {
-  Json j{{"gpu", r.gpu},
-         {"num_gpus", r.num_gpus},
-         {"nodes", r.nodes},
-         {"gpus_per_node", r.gpus_per_node},
-         {"feasible", r.feasible},
-         {"pareto", r.pareto},
-         {"plan", r.plan ? plan::plan_to_json(*r.plan) : Json(nullptr)}};
-  if (r.feasible) {
-    j["iteration_time_s"] = r.iteration_time_s;
-    j["tokens_per_s"] = r.tokens_per_s;
-    j["mfu"] = r.mfu;
-    j["device_memory_bytes"] = r.peak_memory_bytes;  // everything on the GPU: the reserved peak, context, NCCL
-    j["time_to_train_s"] = r.time_to_train_s;
-  } else {
-    j["reason"] = r.reason;
-    j["shortfall_bytes"] = r.shortfall_bytes;
-    j["host_shortfall_bytes"] = r.host_shortfall_bytes;
-    j["tokens_per_s"] = 0;
-    j["mfu"] = 0;
-  }
-  // Costs are null, not 0, where there is no price or no plan: 0 would read as free.
-  const bool costed = r.feasible && r.price;
-  j["cost_per_hour"] = costed ? Json(r.cost.usd_per_hour) : Json(nullptr);
-  j["cost_per_million_tokens"] = costed ? Json(r.cost.usd_per_million_tokens) : Json(nullptr);
-  j["total_cost"] = costed ? Json(r.cost.usd_total) : Json(nullptr);
-  j["price"] = r.price ? Json{{"usd_per_gpu_hour", r.price->usd_per_gpu_hour},
-                              {"date", r.price->date},
-                              {"source", r.price->source}}
-                       : Json(nullptr);
-  return j;
-}
-
-std::string text_table(const advisor::Comparison& cmp, const GpusArgs& a) {
+std::string text_table(const advisor::Comparison& cmp, const api::GpusRequest& a) {
   std::string out = fmt::format("{:<16} {:>5} {:>5} {:>4} {:>10} {:>6} {:>9} {:>9} {:>8} {:>9} {:>2}  {}\n", "gpu",
                                 "GPUs", "nodes", "fits", "tokens/s", "MFU", "time", "$/hour", "$/Mtok", "total", "P",
                                 "plan");
@@ -104,7 +66,7 @@ std::string text_table(const advisor::Comparison& cmp, const GpusArgs& a) {
   }
   out += fmt::format("\n{:g} tokens; rows by total cost (unpriced, then infeasible rows last); * = on the "
                      "time-vs-cost Pareto set; {} space\n",
-                     a.tokens, a.engine.empty() || a.engine == "mist" ? a.space : a.engine);
+                     a.tokens, a.space_name());
   out += "smallest count that fits:";
   std::vector<std::string> seen;
   for (const auto& r : cmp.rows) {
@@ -128,79 +90,23 @@ std::string text_table(const advisor::Comparison& cmp, const GpusArgs& a) {
 }
 
 int gpus(const GpusArgs& a, std::string& out, std::string& err) {
-  auto model = spec::load_model(a.model);
+  auto model = api::load_model({a.model, {}});
   if (!model) return invalid_input(err, model.error());
-  auto training = spec::load_training(a.training);
+  auto training = api::load_training({a.training, {}});
   if (!training) return invalid_input(err, training.error());
-  advisor::AdvisorOptions o;
-  CalibrationArgs calibration = a.calibration;
-  if (!a.engine.empty() && a.engine != "mist") {
-    if (a.space != "mist") return invalid_input(err, Error{"--engine", "give --engine or --space, not both"});
-    auto e = engines::engine_from_string(a.engine);
-    if (!e) return invalid_input(err, Error{"--engine", e.error().message});
-    o.engine = *e;
-    o.space = tuner::engine_space(*e);
-    calibration.engine = a.engine;
-  } else {
-    auto space = tuner::named_space(a.space);
-    if (!space) return invalid_input(err, space.error());
-    o.space = *space;
-  }
-  auto prepare = prepare_options(calibration);
-  if (!prepare) return invalid_input(err, prepare.error());
-  o.prepare = *prepare;
-  if (a.fast) {
-    // A coarser offload grid: 3^4 instead of 5^4 combinations per (ZeRO, checkpointing) pair.
-    o.space.weight_offload = o.space.grad_offload = o.space.opt_offload = o.space.act_offload =
-        std::vector<double>{0, 0.5, 1};
-    if (a.space != "mist")
-      return invalid_input(err, Error{"--fast", "applies to the mist space only"});
-  }
-  if (!a.profile_db.empty()) {
-    auto calibration = job::read_calibration({.profile_db = a.profile_db, .time_constants = ""});
-    if (!calibration) return invalid_input(err, Error{"--profile-db", calibration.error().message});
-    o.calibration = std::move(*calibration);
-  }
-  for (const auto& c : a.candidates)
-    if (!c.empty()) o.gpus.push_back(c);
-  o.counts = a.counts;
-  o.tokens = a.tokens;
-  if (a.gpus_per_node != 0) o.gpus_per_node = a.gpus_per_node;
-  o.threads = a.threads;
+  api::GpusRequest request = a.request;
+  if (a.gpus_per_node != 0) request.gpus_per_node = a.gpus_per_node;
   if (isatty(STDERR_FILENO))
-    o.progress = [](size_t done, size_t total) {
+    request.progress = [](size_t done, size_t total) {
       if (done < total)
         std::fprintf(stderr, "\rtuned %zu of %zu cells (GPU type x count)", done, total);
       else
         std::fprintf(stderr, "\r%50s\r", "");
       std::fflush(stderr);
     };
-  const auto& defaults = advisor::default_prices();
-  if (!defaults) {
-    err = "mist: internal error: the built-in price table is malformed: " + defaults.error().to_string() + "\n";
-    return kExitInternal;
-  }
-  o.prices = *defaults;
-  if (!a.prices.empty()) {
-    auto user = advisor::load_prices(a.prices);
-    if (!user) return invalid_input(err, user.error());
-    o.prices = advisor::merge_prices(o.prices, *user);
-  }
-  auto cmp = advisor::compare_gpus(*model, *training, o);
-  if (!cmp) return invalid_input(err, cmp.error());
-  if (a.json) {
-    Json rows = Json::array();
-    for (const auto& r : cmp->rows) rows.push_back(row_json(r));
-    Json smallest = Json::object();
-    for (const auto& [g, n] : cmp->smallest_fitting) smallest[g] = n;
-    const std::string space = a.engine.empty() || a.engine == "mist" ? a.space : a.engine;
-    out = Json{{"model", model->name}, {"tokens", a.tokens}, {"space", space},
-               {"fast", a.fast}, {"rows", rows}, {"smallest_fitting", smallest}}
-              .dump(2) +
-          "\n";
-  } else {
-    out = text_table(*cmp, a);
-  }
+  auto cmp = api::gpus(*model, *training, request);
+  if (!cmp) return failed(err, cmp.error());
+  out = a.json ? api::gpus_json(*model, request, *cmp).dump(2) + "\n" : text_table(*cmp, request);
   if (cmp->smallest_fitting.empty()) {
     err = "mist: the job fits none of the GPU types and counts tried; try more GPUs or GPUs with more memory.\n";
     return kExitNoFit;
@@ -218,27 +124,27 @@ std::vector<Command> add_gpus_command(CLI::App& app) {
       ->required();
   g->add_option("--training", a->training, "training JSON file: global_batch_size, seq_length, precision, ...")
       ->required();
-  g->add_option("--candidates", a->candidates, "GPU types to compare, comma-separated (mist list gpus)")
+  g->add_option("--candidates", a->request.candidates, "GPU types to compare, comma-separated (mist list gpus)")
       ->required()
       ->delimiter(',');
-  g->add_option("--gpus", a->counts, "GPU counts to try for each type, comma-separated")
+  g->add_option("--gpus", a->request.counts, "GPU counts to try for each type, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
-  g->add_option("--tokens", a->tokens, "tokens to train on (for the time and cost to finish)")->capture_default_str();
-  g->add_option("--prices", a->prices,
+  g->add_option("--tokens", a->request.tokens, "tokens to train on (for the time and cost to finish)")->capture_default_str();
+  g->add_option("--prices", a->request.prices,
                 "JSON file of [{\"gpu\", \"usd_per_gpu_hour\", \"date\", \"source\"}] replacing the built-in prices");
-  g->add_option("--space", a->space, "search space: mist, megatron or deepspeed")->capture_default_str();
-  g->add_option("--engine", a->engine,
+  g->add_option("--space", a->request.space, "search space: mist, megatron or deepspeed")->capture_default_str();
+  g->add_option("--engine", a->request.engine,
                 "only plans this engine can run (megatron, deepspeed, torchtitan), with the time model's calibration "
                 "for that stack (default: megatron's)");
-  add_calibration_options(g, a->calibration, /*with_engine=*/false);
-  add_headroom_option(g, a->calibration);
+  add_calibration_options(g, a->request.calibration, /*with_engine=*/false);
+  add_headroom_option(g, a->request.calibration);
   g->add_option("--gpus-per-node", a->gpus_per_node, "node size for every GPU type (default: the catalog's)")
-      ->check(CLI::Range(1, 64));
-  g->add_option("--profile-db", a->profile_db,
+      ->check(CLI::Range(1, api::kMaxGpusPerNode));
+  g->add_option("--profile-db", a->request.profile_db,
                 "measured op times (docs/profile.md); other GPU types' rows are scaled Habitat-style");
-  g->add_option("--threads", a->threads, "cells tuned at once")->check(CLI::Range(1, 64))->capture_default_str();
-  g->add_flag("--fast", a->fast, "coarser offload grid {0, 0.5, 1} (mist space): faster, may miss a little");
+  g->add_option("--threads", a->request.threads, "cells tuned at once")->check(CLI::Range(1, api::kMaxThreads))->capture_default_str();
+  g->add_flag("--fast", a->request.fast, "coarser offload grid {0, 0.5, 1} (mist space): faster, may miss a little");
   g->add_flag("--json", a->json, "print {rows: [...], smallest_fitting} as JSON");
   return {{g, [a](std::string& out, std::string& err) { return gpus(*a, out, err); }}};
 }

@@ -34,32 +34,17 @@ void add_headroom_option(CLI::App* cmd, CalibrationArgs& a) {
       ->capture_default_str();
 }
 
-Result<job::PrepareOptions> prepare_options(const CalibrationArgs& a) {
-  job::PrepareOptions o;
-  o.memory_headroom = a.headroom;
-  auto e = spec::engine_from_string(a.engine);
-  if (!e) return fail("--engine", e.error().message);
-  o.engine = *e;
-  o.uncalibrated = a.uncalibrated;
-  return o;
-}
-
 Result<Job> load_job(const JobArgs& a) {
-  Job job;
-  MIST_TRY(job.model, spec::load_model(a.model));
-  MIST_TRY(auto cluster, spec::load_cluster(a.cluster));
-  job.cluster = std::move(cluster.cluster);
-  job.files = std::move(cluster.files);
-  MIST_TRY(job.training, spec::load_training(a.training));
-  if (!a.plan.empty()) {
-    MIST_TRY(job.plan, plan::load_plan(a.plan));
-  }
-  return job;
+  api::JobInputs in{.model = {a.model, {}}, .cluster = {a.cluster, {}}, .training = {a.training, {}}, .plan = {}};
+  if (!a.plan.empty()) in.plan = api::Input{a.plan, {}};
+  return api::load_job(in);
 }
 
-int invalid_input(std::string& err, const Error& e) {
-  err += "mist: invalid input: " + e.to_string() + "\n";
-  return kExitInvalidInput;
+int invalid_input(std::string& err, const Error& e) { return failed(err, api::Failure(e)); }
+
+int failed(std::string& err, const api::Failure& f) {
+  err += "mist: " + f.message() + "\n";
+  return f.kind == api::Failure::Kind::kInternal ? kExitInternal : kExitInvalidInput;
 }
 
 }  // namespace mist::cli

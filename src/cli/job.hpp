@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/failure.hpp"
+#include "api/inputs.hpp"
 #include "job/job.hpp"
 #include "job/prepare.hpp"
 
@@ -16,12 +18,9 @@ struct JobArgs {
   std::string model, cluster, training, plan;
 };
 
-// --engine (the software stack, default megatron) and --uncalibrated: which calibration prepare uses.
-struct CalibrationArgs {
-  std::string engine = "megatron";
-  bool uncalibrated = false;
-  double headroom = 0;  // --headroom of tune and gpus (add_headroom_option)
-};
+// --engine (the software stack, default megatron), --uncalibrated and --headroom (tune and gpus,
+// add_headroom_option): which calibration prepare uses.
+using CalibrationArgs = api::Calibration;
 
 // Adds --model, --cluster, --training and (when `with_plan`) --plan, all required.
 void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan = true);
@@ -29,12 +28,15 @@ void add_job_options(CLI::App* cmd, JobArgs& a, bool with_plan = true);
 void add_calibration_options(CLI::App* cmd, CalibrationArgs& a, bool with_engine = true);
 // Adds --headroom (default: the memory band, analysis::kMemoryBand): what tune and gpus leave free.
 void add_headroom_option(CLI::App* cmd, CalibrationArgs& a);
-Result<job::PrepareOptions> prepare_options(const CalibrationArgs& a);
-// Loads the files (or catalog names); without a plan file the plan is left default. The files the
-// cluster file names are kept for job::prepare, which reads them.
+using api::prepare_options;
+// Loads the files (or catalog names) with api::load_job; without a plan file the plan is left
+// default. The files the cluster file names are kept for job::prepare, which reads them.
 Result<Job> load_job(const JobArgs& a);
 
 // Appends "mist: invalid input: <field>: <reason>" to `err`; returns exit status 2.
 int invalid_input(std::string& err, const Error& e);
+// Appends "mist: " and the failure's message to `err`; returns its exit status (1 for an internal
+// error, else 2).
+int failed(std::string& err, const api::Failure& f);
 
 }  // namespace mist::cli

@@ -46,9 +46,7 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   std::vector<std::string> notes;
   auto job = load_predict_job(a, notes);
   if (!job) return invalid_input(err, job.error());
-  auto options = prepare_options(a.calibration);
-  if (!options) return invalid_input(err, options.error());
-  auto pred = job::predict(*job, *options);
+  auto pred = api::predict(*job, a.calibration);
   if (!pred) return invalid_input(err, pred.error());
   // --simulate: the event simulation's iteration time replaces the closed form's.
   std::optional<sim::SimResult> simulated;

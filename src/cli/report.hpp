@@ -1,9 +1,10 @@
-// Rendering predictions as text tables and JSON.
+// Rendering predictions as text tables (their JSON: api/prediction_json.hpp).
 #pragma once
 
 #include <string>
 
 #include "analysis/prediction.hpp"
+#include "api/prediction_json.hpp"
 #include "cli/job.hpp"
 #include "core/json_fields.hpp"
 
@@ -19,10 +20,8 @@ std::string parameter_summary(const spec::ModelSpec& m);
 // above 1); "" for neither.
 std::string extra_degrees_text(const plan::Plan& p);
 
-Json prediction_json(const Job& job, const Prediction& p);
-// The calibration a prediction used: JSON {"kind", "engine", "note", and for a stack fit "stack",
-// "fitted_gpu", "source", "runs", "mean_rel_error", "held_out"}, and one line of text.
-Json calibration_json(const analysis::Calibration& c);
+using api::prediction_json;
+// The calibration a prediction used, in one line of text (its JSON: api::calibration_json).
 std::string calibration_text(const analysis::Calibration& c);
 std::string prediction_text(const Job& job, const Prediction& p);
 std::string explanation_text(const Job& job, const Prediction& p);

@@ -5,7 +5,7 @@
 #     src/tuner and src/sim use no file stream, no JSON or spec loader, no SQLite, no std::filesystem.
 # Run: cmake -DSOURCE_DIR=<repo> -P tests/architecture/layering.cmake
 set(ORDER core allocator symbolic spec plan graph hardware profile solver sim analysis job calibration export tuner advisor
-          executor measure cli)
+          api executor measure cli)
 set(NO_FILES allocator analysis hardware tuner sim)
 set(FILE_IO "ifstream|ofstream|fstream|fopen|read_json_file|load_json_as|sqlite3|Database::open|OpTable::load|"
             "std::filesystem|load_cluster|load_model|load_training|load_plan|load_published_runs")
