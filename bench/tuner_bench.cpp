@@ -8,6 +8,7 @@
 //                                    --engine megatron's; ep and etp searched with dp, tp, pp
 //   MoE/mixtral-8x7b/2x8xH100        GBS 256, s 4096, bf16, the same two spaces
 //   MoE/gpt-oss-120b/8x8xH100        GBS 1280, s 4096, bf16 (Megatron-Bridge's row), the same two spaces
+//   MoE/deepseek-v3/128x8xH100       GBS 8192, s 4096, bf16 (issue 16: 20 s), the same two spaces
 //   LongContext/llama3-8b-s131072/1x8xH100  GBS 8, bf16 (issue 17): cp searched with tp, dp, pp;
 //                                    the full space and --engine megatron's
 //   Large/llama3-70b-s32768/4x8xH100 GBS 64, bf16, the full space with cp (46 s)
@@ -83,6 +84,12 @@ void register_all() {
     const auto t1280 = training(1280, 4096, spec::Dtype::kBf16);
     benchmark::RegisterBenchmark((std::string("MoE/gpt-oss-120b/8x8xH100") + name).c_str(),
                                  [=](benchmark::State& s) { tune_job(s, gpt_oss, h100x64, t1280, e); })
+        ->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+    const auto deepseek = model("deepseek-v3");
+    const auto h100x1024 = cluster("H100-SXM5-80GB", 128, 8);
+    const auto t8192 = training(8192, 4096, spec::Dtype::kBf16);
+    benchmark::RegisterBenchmark((std::string("MoE/deepseek-v3/128x8xH100") + name).c_str(),
+                                 [=](benchmark::State& s) { tune_job(s, deepseek, h100x1024, t8192, e); })
         ->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
   }
   for (auto [name, engine] : {std::pair{"", std::optional<engines::Engine>()},

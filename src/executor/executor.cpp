@@ -63,6 +63,29 @@ std::pair<at::Tensor, at::Tensor> inputs(const BlockRun& r, at::ScalarType dtype
   return {act().requires_grad_(true), act().mul_(1e-2)};
 }
 
+// A mixture of experts' block (moe.cpp): Mixtral's (no shared expert) and Qwen2-MoE's (a gated
+// shared expert) experts, on one rank of an ep × etp grid with balanced routing.
+Result<void> check_expert_grid(const BlockRun& r) {
+  const auto& m = r.model;
+  if (r.ep < 1) return fail("run.ep", "must be >= 1");
+  if (r.etp < 1) return fail("run.etp", "must be >= 1");
+  if (!m.is_moe()) {
+    if (r.ep > 1 || r.etp > 1) return fail(r.ep > 1 ? "run.ep" : "run.etp", "a dense model has no experts to split");
+    return {};
+  }
+  if (r.layer != graph::LayerKind::kBlock) return {};
+  if (m.num_experts % r.ep != 0) return fail("run.ep", "ep must divide the experts (model.num_experts)");
+  if (m.moe_ffn_hidden_size % r.etp != 0) return fail("run.etp", "etp must divide model.moe_ffn_hidden_size");
+  if ((r.seq_length / r.cp * r.micro_batch * m.experts_per_token) % m.num_experts != 0)
+    return fail("run.seq_length", "balanced routing gives every expert s·b·k/E rows: model.num_experts must divide "
+                                  "the rank's tokens times model.experts_per_token");
+  if (m.linear_bias)
+    return fail("model.linear_bias", "the CPU executor's experts and router have no biases (gpt-oss's) yet");
+  if (m.swiglu_limit != 0)
+    return fail("model.swiglu_limit", "the CPU executor's experts run plain SwiGLU, not gpt-oss's clamped GLU");
+  return {};
+}
+
 Result<void> check_run(const BlockRun& r) {
   MIST_CHECK(spec::validate_model(r.model, "model"));
   const auto& m = r.model;
@@ -84,14 +107,14 @@ Result<void> check_run(const BlockRun& r) {
   if (r.layer == graph::LayerKind::kEmbedding && m.positions == spec::Positions::kLearned &&
       r.seq_length > m.max_position_embeddings)
     return fail("run.seq_length", "exceeds the model's learned positions");
-  // The CPU executor runs the dense blocks of mist's first models; it has no MoE block and no
-  // q/k norms or decoupled head size yet (their memory is read from Megatron's source:
+  MIST_CHECK(check_expert_grid(r));
+  // No q/k norms or decoupled head size yet (their memory is read from Megatron's source:
   // docs/memory-model.md).
-  if (m.is_moe()) return fail("model.num_experts", "the CPU executor has no mixture-of-experts block yet");
   if (m.qk_norm || m.decoupled_head_dim())
     return fail(m.qk_norm ? "model.qk_norm" : "model.head_dim",
                 "the CPU executor runs attention with heads of hidden_size / num_heads and no q/k norms");
   if (m.attention_sinks) return fail("model.attention_sinks", "the CPU executor's attention has no sinks yet");
+  if (m.is_mla()) return fail("model.kv_lora_rank", "the CPU executor has no multi-head latent attention yet");
   if (m.positions == spec::Positions::kRotary && m.head_dim() % 2 != 0)
     return fail("model.hidden_size", "rotary embeddings need an even head dimension");
   return {};

@@ -7,6 +7,7 @@
 // Tensor parallelism is 1 (no collectives on one CPU), hence no sequence parallelism either.
 // Context parallelism runs one rank of the ring (BlockRun::cp): its tokens, and the K/V blocks,
 // per-step outputs and ring buffers it holds, with the blocks other ranks would send drawn here.
+// A mixture of experts runs one rank of its expert grid (BlockRun::ep, etp) likewise.
 // Only this header is needed to use the executor; LibTorch stays inside its .cpp files.
 #pragma once
 
@@ -43,6 +44,18 @@ struct BlockRun {
   // blocks received are drawn here (the same in every pass, no gradient flows to them); the
   // dK/dV of them that would travel back stay on this rank.
   int64_t cp = 1;
+  // Expert parallelism (mixture-of-experts blocks; graph/lower_moe.cpp): the block runs as one
+  // rank of an ep × etp expert grid, with E/ep local experts of 1/etp of their width each (ep
+  // divides E, etp the expert width). Routing is balanced and fixed (each expert gets s·b·k/E rows
+  // of every micro-batch, so E must divide them); the all-to-all over ep and the all-gather over
+  // etp bring this rank as many rows as the lowering counts, its own rows standing for the other
+  // ranks' (each collective is a copy into a new buffer, its backward the adjoint).
+  int64_t ep = 1, etp = 1;
+  // Megatron-Core d98e8a64's unfused permutation keeps the whole int64 argsort of the routing map
+  // (s·b·E entries: the probabilities' index op saves a slice view of it) besides each row's token,
+  // as graph/lower_moe.cpp counts since 2026-12-03. False keeps only the s·b·k chosen entries (the
+  // lowering's count before), to measure the difference.
+  bool moe_full_argsort = true;
   int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
   int timing_reps = 0;    // timed forward+backward repetitions after the step, op by op
   // Further timed repetitions of the whole layer with no per-op timing; when > 0 the "block" times

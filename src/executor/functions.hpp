@@ -96,6 +96,52 @@ at::Tensor to_fp32(at::Tensor x, int op);
 // per-token loss [s, b] (fp32).
 at::Tensor cross_entropy(at::Tensor logits, const at::Tensor& labels, int op);
 
+// Mixture-of-experts ops (moe.cpp), as graph/lower_moe.cpp lowers Megatron-Core's MoELayer on one
+// rank of its expert grid: E experts over ep ranks (E/ep local experts), each 1/etp of its width.
+// Routing is balanced and fixed (token t's k experts are (t·k + j) mod E, j < k), so each expert
+// gets s·b·k/E rows of every micro-batch whatever the values, as the lowering assumes. Row tensors
+// are [rows, width] (probabilities [rows]), token tensors [s, b, width].
+struct MoeDims {
+  int64_t experts = 0, topk = 0;  // E, k
+  int64_t ep = 1, etp = 1;
+  double aux_loss_coeff = 1e-2;   // --moe-aux-loss-coeff
+  int64_t local_experts() const { return experts / ep; }
+};
+// TopKRouter's top-k of the router logits [s, b, E]: the softmax of the k chosen logits in fp32,
+// scattered into dense probabilities [s·b, E] (activation dtype) and a bool routing map [s·b, E].
+// Saves the fp32 softmax [s·b, k] and the int64 indices [s·b, k].
+std::pair<at::Tensor, at::Tensor> moe_topk(at::Tensor logits, const MoeDims& d, int op);
+// The load-balancing loss (switch_load_balancing_loss_func): a softmax of all E logits in fp32,
+// kept; returns `probs` itself, as MoEAuxLossAutoScaler does, whose backward adds the aux loss's
+// gradient into the logits' and passes the probabilities' on.
+at::Tensor moe_aux_loss(at::Tensor logits, at::Tensor probs, const MoeDims& d, int op);
+// moe_utils.permute: the rows of x [s, b, h] copied once per chosen expert, expert-major
+// (index_select), and their probabilities. Returns {rows [R, h], probs [R], indices} for the
+// R = s·b·k routed rows; indices, kept by this op and by moe_unpermute, holds two int64 vectors:
+// each row's index into probsᵀ [E, s·b] and its token (2·R entries, as graph/lower_moe.cpp counts
+// them), or with `full_argsort` the whole argsort of the routing map's s·b·E entries before the
+// tokens, as Megatron-Core d98e8a64 keeps it (docs/validation.md).
+std::vector<at::Tensor> moe_permute(at::Tensor x, at::Tensor probs, at::Tensor routing_map, bool full_argsort,
+                                    int op);
+// moe_utils.unpermute: each token's k rows added back into one (scatter_add) -> [s, b, h].
+at::Tensor moe_unpermute(at::Tensor rows, at::Tensor indices, int64_t s, int64_t b, int op);
+// The dispatcher's row movements on one rank, each into a new buffer of the lowering's size (rows
+// another rank would send are this rank's own, so the block stays a function of its inputs):
+// all-to-all over ep (a copy; backward the reverse), all-gather over etp (etp copies; backward the
+// reduce-scatter, their sum), reduce-scatter over etp (the sum of the etp row blocks; backward the
+// all-gather), and sort_chunks_by_idxs from [etp·ep sources][E/ep local experts] chunks to
+// expert-major and back (a copy; backward the inverse permutation).
+enum class RowMove : int64_t { kAllToAll, kGather, kReduceScatter, kSortChunks, kUnsortChunks };
+at::Tensor moe_rows(at::Tensor x, RowMove move, const MoeDims& d, int op);
+// TEGroupedLinear: rows [n, in] in E/ep equal chunks, expert-major, each through its expert's
+// weight (p.w [E/ep, out, in]): saves its input; weight gradients go into p.main_w.
+at::Tensor grouped_linear(at::Tensor x, const LinearParams& p, int op);
+// WeightedSwiGLUFunction: silu(gate)·up·p for gate_up [n, 2f] and probs [n]; saves both inputs.
+at::Tensor weighted_swiglu(at::Tensor gate_up, at::Tensor probs, int op);
+// The shared expert's gate (Qwen2-MoE): y·sigmoid(logit) for logit [s, b, 1], y [s, b, h]; saves
+// the score sigmoid(logit) and y.
+at::Tensor sigmoid_gate(at::Tensor logit, at::Tensor y, int op);
+
 // Activation checkpointing as Megatron's CheckpointFunction: runs `region` without keeping its
 // intermediates, saves only `inputs`, and in backward re-runs it with grad and back-propagates
 // through the recomputed graph.

@@ -320,6 +320,48 @@ void swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tenso
   });
 }
 
+void weighted_swiglu_forward(const at::Tensor& gu, const at::Tensor& p, const at::Tensor& y) {
+  const int64_t f = y.size(-1), rows = y.numel() / f;
+  dispatch(gu, [&](auto tag) {
+    using T = decltype(tag);
+    const T *GU = ptr<T>(gu), *P = ptr<T>(p);
+    T* Y = ptr<T>(y);
+    at::parallel_for(0, rows, grain(f), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float w = f32(P[r]);
+        for (int64_t c = 0; c < f; ++c) {
+          const float g = f32(GU[r * 2 * f + c]), u = f32(GU[r * 2 * f + f + c]);
+          Y[r * f + c] = T(g / (1.0f + std::exp(-g)) * u * w);
+        }
+      }
+    });
+  });
+}
+
+void weighted_swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tensor& p, const at::Tensor& ggu,
+                              const at::Tensor& gp) {
+  const int64_t f = gy.size(-1), rows = gy.numel() / f;
+  dispatch(gu, [&](auto tag) {
+    using T = decltype(tag);
+    const T *G = ptr<T>(gy), *GU = ptr<T>(gu), *P = ptr<T>(p);
+    T *GGU = ptr<T>(ggu), *GP = ptr<T>(gp);
+    at::parallel_for(0, rows, grain(f), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float w = f32(P[r]);
+        float dw = 0;
+        for (int64_t c = 0; c < f; ++c) {
+          const float g = f32(GU[r * 2 * f + c]), u = f32(GU[r * 2 * f + f + c]), dy = f32(G[r * f + c]);
+          const float sig = 1.0f / (1.0f + std::exp(-g));
+          dw += g * sig * u * dy;
+          GGU[r * 2 * f + c] = T(dy * w * u * sig * (1.0f + g * (1.0f - sig)));
+          GGU[r * 2 * f + f + c] = T(dy * w * g * sig);
+        }
+        GP[r] = T(dw);
+      }
+    });
+  });
+}
+
 void expand_heads_forward(const at::Tensor& x, int64_t head_dim, int64_t heads, const at::Tensor& y) {
   const int64_t rows = x.size(0) * x.size(1), groups = x.size(2) / head_dim, rep = heads / groups;
   dispatch(x, [&](auto tag) {

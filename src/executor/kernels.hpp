@@ -43,6 +43,13 @@ void rotary_backward(const at::Tensor& gy, const at::Tensor& cos, const at::Tens
 void swiglu_forward(const at::Tensor& gu, const at::Tensor& y);
 void swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tensor& ggu);
 
+// Weighted SwiGLU of the experts (Megatron's WeightedSwiGLUFunction): y = silu(gate)·up·p for
+// gu = [gate | up] of [rows, 2f] and one probability per row, p [rows]. The backward writes
+// ggu = dL/dgu and gp = dL/dp = Σ_c silu(gate)·up·gy.
+void weighted_swiglu_forward(const at::Tensor& gu, const at::Tensor& p, const at::Tensor& y);
+void weighted_swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tensor& p, const at::Tensor& ggu,
+                              const at::Tensor& gp);
+
 // GQA: repeats each of the g key/value heads of x [s, b, g·d] (maybe a column slice) to
 // heads/g query heads: y [s, b, heads·d]. The backward sums each group's gradients.
 void expand_heads_forward(const at::Tensor& x, int64_t head_dim, int64_t heads, const at::Tensor& y);

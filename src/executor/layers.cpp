@@ -18,6 +18,10 @@ Block::Block(const BlockRun& r, at::ScalarType dtype) : LayerBase(r, dtype) {
   dims_.head_dim = m.hidden_size / m.num_heads;
   dims_.scale = 1.0 / std::sqrt(static_cast<double>(dims_.head_dim));
   dims_.cp = r.cp;
+  moe_.experts = m.num_experts;
+  moe_.topk = m.experts_per_token;
+  moe_.ep = r.ep;
+  moe_.etp = r.etp;
   if (m.positions == spec::Positions::kRotary) {
     // cos/sin of position·base^(-2i/d), i < d/2: constants, like Megatron's rotary buffers. Under
     // context parallelism the last rank's positions: chunks cp−1 and cp of the 2·cp, contiguous.
@@ -68,6 +72,10 @@ void Block::init_params() {
   if (!m.parallel_block || m.norms_per_block >= 2) ln2_ = norm_params();
   qkv_ = linear_params(h, h + 2 * kv, m.qkv_bias);
   proj_ = linear_params(h, h, m.linear_bias);
+  if (m.is_moe()) {
+    init_moe_params();
+    return;
+  }
   fc1_ = linear_params(h, swiglu ? 2 * f : f, m.linear_bias);
   fc2_ = linear_params(f, h, m.linear_bias);
 }
@@ -78,7 +86,9 @@ std::vector<std::pair<at::Tensor*, at::Tensor*>> Block::params_and_grads() {
     if (n->w.defined()) v.push_back({&n->w, &n->main_w});
     if (n->b.defined()) v.push_back({&n->b, &n->main_b});
   }
-  for (auto* l : {&qkv_, &proj_, &fc1_, &fc2_}) {
+  for (auto* l : {&qkv_, &proj_, &fc1_, &fc2_, &router_, &shared_fc1_, &shared_fc2_, &shared_gate_, &experts_fc1_,
+                  &experts_fc2_}) {
+    if (!l->w.defined()) continue;  // the dense MLP's or the experts', whichever the block lacks
     v.push_back({&l->w, &l->main_w});
     if (l->b.defined()) v.push_back({&l->b, &l->main_b});
   }
@@ -159,13 +169,18 @@ at::Tensor Block::attention(at::Tensor x, bool checkpoint_core) {
   return ops::linear(std::move(ctx), proj_, id("attn.proj"));
 }
 
-at::Tensor Block::mlp(at::Tensor x) {
+at::Tensor Block::dense_mlp(at::Tensor x, const ops::LinearParams& fc1, const ops::LinearParams& fc2,
+                            const std::string& prefix) {
   if (run_.model.mlp == spec::Mlp::kSwiGlu) {
-    auto gu = ops::linear(std::move(x), fc1_, id("mlp.gate_up"));
-    return ops::linear(ops::swiglu(std::move(gu), id("mlp.swiglu")), fc2_, id("mlp.down"));
+    auto gu = ops::linear(std::move(x), fc1, id(prefix + ".gate_up"));
+    return ops::linear(ops::swiglu(std::move(gu), id(prefix + ".swiglu")), fc2, id(prefix + ".down"));
   }
-  auto a = ops::linear(std::move(x), fc1_, id("mlp.fc1"));
-  return ops::linear(ops::gelu(std::move(a), id("mlp.gelu")), fc2_, id("mlp.fc2"));
+  auto a = ops::linear(std::move(x), fc1, id(prefix + ".fc1"));
+  return ops::linear(ops::gelu(std::move(a), id(prefix + ".gelu")), fc2, id(prefix + ".fc2"));
+}
+
+at::Tensor Block::mlp(at::Tensor x) {
+  return run_.model.is_moe() ? moe(std::move(x)) : dense_mlp(std::move(x), fc1_, fc2_, "mlp");
 }
 
 at::Tensor Block::body(const at::Tensor& x, bool checkpoint_core) {

@@ -50,7 +50,8 @@ class LayerBase {
   int64_t step_ = 0;
 };
 
-// The transformer block (graph/lower.cpp lower_block).
+// The transformer block (graph/lower.cpp lower_block), with the dense MLP or a mixture of experts
+// (graph/lower_moe.cpp moe_mlp).
 class Block final : public LayerBase {
  public:
   Block(const BlockRun& r, at::ScalarType dtype);  // makes the constant rotary tables only
@@ -63,12 +64,22 @@ class Block final : public LayerBase {
   at::Tensor body(const at::Tensor& x, bool checkpoint_core);
   at::Tensor attention(at::Tensor x, bool checkpoint_core);
   at::Tensor core(at::Tensor q, at::Tensor k, at::Tensor v);
-  at::Tensor mlp(at::Tensor x);
+  at::Tensor mlp(at::Tensor x);  // the dense MLP, or the mixture of experts
+  // GELU (fc1, gelu, fc2) or SwiGLU (gate_up, swiglu, down) MLP, its ops named `prefix`.op.
+  at::Tensor dense_mlp(at::Tensor x, const ops::LinearParams& fc1, const ops::LinearParams& fc2,
+                       const std::string& prefix);
+  // graph/lower_moe.cpp moe_mlp on one rank of the run's ep × etp expert grid (moe.cpp).
+  at::Tensor moe(at::Tensor x);
+  void init_moe_params();
 
   ops::AttnDims dims_;
   at::Tensor cos_, sin_;
   ops::NormParams ln1_, ln2_;
   ops::LinearParams qkv_, proj_, fc1_, fc2_;  // fc1 = gate_up and fc2 = down under SwiGLU
+  // Mixture of experts: the router, the shared expert (gate_up, down) and its gate, and this
+  // rank's experts (w [E/ep, out, in]: fc1 h -> 2·f_e/etp, fc2 f_e/etp -> h).
+  ops::MoeDims moe_;
+  ops::LinearParams router_, shared_fc1_, shared_fc2_, shared_gate_, experts_fc1_, experts_fc2_;
   ops::Region core_region_, block_region_;
 };
 

@@ -75,6 +75,8 @@ Result<std::vector<profile::Measurement>> profile_rows(const BlockRun& r, const 
   // A profile row's shape key names no cp: rows of a rank's s/cp tokens would pass for the whole
   // sequence's.
   if (r.cp != 1) return fail("run.cp", "op times of a context-parallel rank have no profile shape key yet");
+  if (r.ep != 1 || r.etp != 1)
+    return fail(r.ep != 1 ? "run.ep" : "run.etp", "op times of an expert-parallel rank have no profile shape key yet");
   const auto t = run_training(r);
   const auto lm = graph::lower(r.model, r.seq_length, graph::lowering_options(t, false));
   const graph::Layer& L = r.layer == graph::LayerKind::kBlock       ? lm.block

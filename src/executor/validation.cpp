@@ -218,15 +218,23 @@ std::vector<ValidationCase> validation_sweep(bool quick) {
 Result<BlockPrediction> predict_block(const BlockRun& r) {
   spec::ModelSpec m = r.model;
   m.num_layers = 1;
-  const auto t = run_training(r);
+  // The block of a mixture of experts is an MoE block (its dense first blocks are another layer).
+  if (m.is_moe()) m.first_dense_layers = 0, m.ffn_hidden_size = 0;
+  // One rank of a mixture of experts' ep × etp expert grid: the grid folds over dp = ep·etp
+  // data-parallel GPUs (tp = 1), without ZeRO, so every state is whole on the rank.
+  const int64_t dp = r.ep * r.etp;
+  auto t = run_training(r);
+  t.global_batch_size = r.micro_batch * dp;
   plan::StagePlan stage;
   stage.ckpt_layers = r.checkpoint == CM::kFull ? 1 : 0;
-  auto p = plan::uniform_plan(m, 1, 1, 1, r.micro_batch, 1, stage);
+  auto p = plan::uniform_plan(m, dp, 1, 1, r.micro_batch, 1, stage);
   p.recompute = r.checkpoint == CM::kSelective ? plan::Recompute::kSelective : plan::Recompute::kNone;
+  p.ep = r.ep;
+  p.etp = r.etp;
   // One rank of a context-parallel group: a plan of cp GPUs (dp = tp = pp = 1), its CP lowering.
   p.cp = r.cp;
   auto cluster = cpu_cluster();
-  cluster.gpus_per_node = r.cp;
+  cluster.gpus_per_node = r.cp * dp;
   MIST_TRY(auto job, analysis::PreparedJob::create(m, cluster, t));
   MIST_TRY(auto pred, analysis::predict(job, p));
   const auto& st = pred.memory.stages.at(0);
@@ -254,6 +262,9 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   k["zw"] = k["zg"] = k["zo"] = 1.0;
   k["c"] = static_cast<double>(stage.ckpt_layers);
   k["cp"] = static_cast<double>(r.cp);
+  k["ep"] = static_cast<double>(r.ep);
+  k["etp"] = static_cast<double>(r.etp);
+  k["zwx"] = k["zgx"] = k["zox"] = 1.0;
   auto eval = [&](const sym::Expr& e, const char* what) -> Result<double> {
     auto v = sym::evaluate(e, k);
     if (!v) return fail(std::string("prediction.") + what, v.error().to_string());
@@ -370,6 +381,9 @@ Result<BlockTimePrediction> predict_block_time(const BlockRun& r, const std::vec
   // The memory of a context-parallel rank is checked (predict_block); its time is not: the
   // profile rows name no cp (profile_rows) and the time model would add a ring this CPU never runs.
   if (r.cp != 1) return fail("run.cp", "the time check runs without context parallelism");
+  // Likewise one rank of an expert grid: the profile rows name no ep or etp.
+  if (r.ep != 1 || r.etp != 1)
+    return fail(r.ep != 1 ? "run.ep" : "run.etp", "the time check runs without expert parallelism");
   spec::ModelSpec m = r.model;
   m.num_layers = 1;
   plan::StagePlan stage;

@@ -46,6 +46,8 @@ struct BlockPrediction {
 };
 // With r.cp > 1: one rank of a context-parallel group, from a plan with cp = r.cp on cp GPUs
 // (dp = tp = pp = 1) and its lowering (PreparedJob::lowering(plan): s/cp tokens and the K/V ring).
+// With r.ep or r.etp > 1: one rank of a mixture of experts' expert grid, from a plan with dp =
+// ep·etp (no ZeRO) and the dispatcher's collectives in its lowering.
 Result<BlockPrediction> predict_block(const BlockRun& r);
 
 // mist's sequence over the window the executor records (BlockMeasurement::recorded): the input

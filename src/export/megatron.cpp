@@ -19,7 +19,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 69> kFlags{{
+constexpr std::array<FlagSpec, 75> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -92,6 +92,13 @@ constexpr std::array<FlagSpec, 69> kFlags{{
     {"--glu-linear-offset", true},
     {"--activation-func-clamp-value", true},
     {"--moe-layer-freq", true},  // arguments.py:327 moe_freq_type
+    // Multi-head latent attention: TransformerConfig.multi_latent_attention and arguments.py:3548-3557.
+    {"--multi-latent-attention", false},
+    {"--q-lora-rank", true},
+    {"--kv-lora-rank", true},
+    {"--qk-head-dim", true},
+    {"--qk-pos-emb-head-dim", true},
+    {"--v-head-dim", true},
 }};
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
@@ -240,6 +247,30 @@ Result<void> check_moe_flags(const Flags& f, const spec::ModelSpec& m) {
   return {};
 }
 
+// An import's latent-attention flags against the model (Megatron's defaults where absent:
+// arguments.py:3548-3557).
+Result<void> check_mla_flags(const Flags& f, const spec::ModelSpec& m) {
+  if (f.has("--multi-latent-attention") != m.is_mla())
+    return fail("--multi-latent-attention", fmt::format("model {} {} latent attention", m.name,
+                                                        m.is_mla() ? "has" : "has no"));
+  if (!m.is_mla()) return {};
+  struct Dim {
+    const char* flag;
+    int64_t fallback, want;
+  };
+  for (const Dim& d : {Dim{"--q-lora-rank", 0, m.q_lora_rank}, Dim{"--kv-lora-rank", 32, m.kv_lora_rank},
+                       Dim{"--qk-head-dim", 128, m.qk_nope_head_dim}, Dim{"--qk-pos-emb-head-dim", 64, m.qk_rope_head_dim},
+                       Dim{"--v-head-dim", 128, m.v_head_dim}}) {
+    MIST_TRY(auto v, f.integer(d.flag, 1, 1 << 20));
+    if (v.value_or(d.fallback) != d.want)
+      return fail(d.flag, fmt::format("is {}{} but model {} has {}", v.value_or(d.fallback), v ? "" : " (the default)",
+                                      m.name, d.want));
+  }
+  if (!f.has("--qk-layernorm"))
+    return fail("--qk-layernorm", fmt::format("is missing: model {} normalises its query and key/value latents", m.name));
+  return {};
+}
+
 // An import's attention window, sinks and activation against the model (gpt-oss's flags; a
 // model without them must not get them either).
 Result<void> check_gpt_oss_flags(const Flags& f, const spec::ModelSpec& m) {
@@ -292,8 +323,18 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const s
       m.is_moe() && m.first_dense_layers == 0 ? m.moe_ffn_hidden_size : m.ffn_hidden_size);
   add(o, "--num-attention-heads", m.num_heads);
   // Qwen3: heads of their own size (Megatron's default kv_channels is hidden / heads) and q/k norms.
-  if (m.decoupled_head_dim()) add(o, "--kv-channels", m.head_dim());
-  if (m.qk_norm) add(o, "--qk-layernorm");
+  if (m.is_mla()) {
+    add(o, "--multi-latent-attention");
+    if (m.q_lora_rank > 0) add(o, "--q-lora-rank", m.q_lora_rank);
+    add(o, "--kv-lora-rank", m.kv_lora_rank);
+    add(o, "--qk-head-dim", m.qk_nope_head_dim);
+    add(o, "--qk-pos-emb-head-dim", m.qk_rope_head_dim);
+    add(o, "--v-head-dim", m.v_head_dim);
+    add(o, "--qk-layernorm");  // the latents' RMSNorms (TELayerNormColumnParallelLinear up projections)
+  } else if (m.decoupled_head_dim()) {
+    add(o, "--kv-channels", m.head_dim());
+  }
+  if (m.qk_norm && !m.is_mla()) add(o, "--qk-layernorm");
   if (m.is_moe()) add_moe_options(o, m);
   if (m.num_kv_heads != m.num_heads) {
     add(o, "--group-query-attention");
@@ -444,12 +485,13 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
                                         m.is_moe() ? "FFN units in its dense blocks" : "FFN units"));
   if (f.has("--group-query-attention"))
     MIST_CHECK(detail::check_model_flag(f, "--num-query-groups", m.num_kv_heads, m, "key/value heads"));
+  MIST_CHECK(check_mla_flags(f, m));
   MIST_TRY(auto kv_channels, f.integer("--kv-channels", 1, 1 << 20));
-  if (kv_channels.value_or(m.hidden_size / m.num_heads) != m.head_dim())
+  if (!m.is_mla() && kv_channels.value_or(m.hidden_size / m.num_heads) != m.head_dim())
     return fail("--kv-channels", fmt::format("gives heads of {} but model {} has heads of {}{}",
                                              kv_channels.value_or(m.hidden_size / m.num_heads), m.name,
                                              m.head_dim(), kv_channels ? "" : " (the default is hidden / heads)"));
-  if (f.has("--qk-layernorm") != m.qk_norm)
+  if (!m.is_mla() && f.has("--qk-layernorm") != m.qk_norm)
     return fail("--qk-layernorm", fmt::format("model {} {} its queries and keys per head", m.name,
                                               m.qk_norm ? "normalises" : "does not normalise"));
   MIST_CHECK(check_gpt_oss_flags(f, m));

@@ -65,6 +65,7 @@ int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const
 int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_features, Expr out, Expr bias,
                   bool owns_weight = true, bool shares_input = false);
 int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bias);
+int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr in, Expr out, bool bias = false);
 int residual_add(LayerBuilder& B, const std::string& name, int x, int y);
 // Under FP8 training (LoweringOptions::fp8), makes linear `op` (input x) an FP8 linear: Op::fp8,
 // its cast traffic, and with Transformer Engine its input kept for backward as an FP8 copy.
@@ -72,6 +73,8 @@ void fp8_linear(LayerBuilder& B, Op& op, int x);
 // The dense MLP of `width` units (S().f for a dense block, the shared expert's width in an MoE
 // block), its ops named prefix.*.
 int mlp(LayerBuilder& B, int x, const spec::ModelSpec& m, const std::string& prefix, Expr width);
+// Multi-head latent attention (lower_mla.cpp); `work` as for the flash attention core.
+int mla_attention(LayerBuilder& B, int x, const spec::ModelSpec& m, double work);
 // The mixture-of-experts MLP of a block (lower_moe.cpp).
 int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m);
 

@@ -99,6 +99,24 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
   return y;
 }
 
+// A linear in -> out with its weight (and bias) whole on every GPU (the MoE router and the shared
+// expert's gate; latent attention's down projections), on the rank's own tokens (its sequence
+// shard under sequence parallelism: no collective); keeps its input.
+int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr in, Expr out, bool bias) {
+  const auto& o = B.o_;
+  const Expr local = sb(o) / region(o);
+  int y = B.tensor(name + ".out", local * out * w(o));
+  Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
+  op.params = in * out + (bias ? out : Expr(0.0));
+  op.is_gemm = true;
+  op.gemm = {Expr(1.0), local, out, in};
+  op.fwd_flops = 2 * local * in * out;
+  op.bwd_flops = 2 * op.fwd_flops;
+  op.bytes_read = local * in * w(o) + op.params * w(o);
+  op.bytes_written = local * out * w(o);
+  return y;
+}
+
 // Row-parallel linear in (already divided by t) -> h: saves its input; the partial sums are
 // all-reduced (or reduce-scattered under sequence parallelism).
 int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bias) {
@@ -411,7 +429,7 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work, boo
     return B.done(x, out);
   }
   int x1 = norm(B, "ln1", x, m.norm, m);
-  int ya = attention(B, x1, m, work);
+  int ya = m.is_mla() ? mla_attention(B, x1, m, work) : attention(B, x1, m, work);
   ya = dropout(B, "attn.dropout_out", ya, region_elems);
   int r1 = residual_add(B, "residual1", x, ya);
   int x2 = norm(B, "ln2", r1, m.norm, m);

@@ -54,24 +54,6 @@ int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_by
   return y;
 }
 
-// A linear h -> `out` with its weight (and bias) whole on every GPU (the router, the shared
-// expert's gate), on the rank's own tokens; keeps its input.
-int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr out, bool bias = false) {
-  const auto& o = B.o_;
-  const auto& s = S();
-  const Expr local = sb(o) / region(o);
-  int y = B.tensor(name + ".out", local * out * w(o));
-  Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
-  op.params = s.h * out + (bias ? out : Expr(0.0));
-  op.is_gemm = true;
-  op.gemm = {Expr(1.0), local, out, s.h};
-  op.fwd_flops = 2 * local * s.h * out;
-  op.bwd_flops = 2 * op.fwd_flops;
-  op.bytes_read = local * s.h * w(o) + op.params * w(o);
-  op.bytes_written = local * out * w(o);
-  return y;
-}
-
 }  // namespace
 
 int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
@@ -88,7 +70,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   if (m.shared_expert_ffn_hidden_size > 0) {
     shared = mlp(B, x, m, "shared_expert", constant(m.shared_expert_ffn_hidden_size));
     if (m.shared_expert_gate) {
-      int gate = replicated_linear(B, "shared_expert.gate", x, Expr(1.0));
+      int gate = replicated_linear(B, "shared_expert.gate", x, S().h, Expr(1.0));
       int score = B.tensor("shared_expert.gate.score", local * w(o));
       int gated = B.tensor("shared_expert.gated.out", local * s.h * w(o));
       Op& mul = B.op("shared_expert.gated", OpKind::kSwiGlu, {gate, shared}, {gated, score}, {score, shared});
@@ -102,7 +84,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
 
   // Router (TopKRouter): a replicated h -> E linear on the rank's own tokens in the activation
   // dtype (moe_router_dtype unset), keeping its input; with linear_bias (gpt-oss) a bias per expert.
-  int logits = replicated_linear(B, "moe.router", x, E, m.linear_bias);
+  int logits = replicated_linear(B, "moe.router", x, S().h, E, m.linear_bias);
 
   // Top-k, then a softmax over the k chosen logits in fp32 (kept), scattered into dense [T, E]
   // probabilities and a boolean routing map; the scatter keeps its int64 indices.
@@ -126,9 +108,12 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   aux.bytes_written = local * E * 4;
 
   // Permutation: the rank's tokens copied once per chosen expert, sorted by expert (index_select);
-  // the probabilities follow in the same order. Autograd keeps the two int64 index vectors.
+  // the probabilities follow in the same order. Autograd keeps each row's token (int64) and, for
+  // the probabilities' index op, a slice view of the whole int64 argsort of the routing map
+  // (moe_utils.permute's flat_sorted = ...argsort()[:num_out_tokens]): local·(E + k)·8 bytes,
+  // measured on the CPU executor (2026-12-03; local·k·16 before).
   const Expr routed = local * k;  // rows this rank routes
-  int indices = B.tensor("moe.permute.indices", routed * 16, false);
+  int indices = B.tensor("moe.permute.indices", local * (E + k) * 8, false);
   int permuted = B.tensor("moe.permute.out", routed * s.h * w(o));
   int permuted_probs = B.tensor("moe.permute.probs", routed * w(o));
   Op& perm = B.op("moe.permute", OpKind::kCopy, {x, probs, routing_map}, {permuted, permuted_probs, indices},

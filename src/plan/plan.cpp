@@ -164,6 +164,10 @@ Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec
                 fmt::format("{} tokens exceed the {} rows of {}'s learned position table "
                             "(max_position_embeddings); a longer sequence needs a larger table, that is another model",
                             t.seq_length, m.max_position_embeddings, m.name));
+  if (m.is_mla() && !t.flash_attention)
+    return fail("training.flash_attention",
+                fmt::format("false, but {}'s latent attention is lowered only as the fused attention kernel "
+                            "Megatron-Core runs it with", m.name));
   if (m.windowed_layers() > 0 && t.seq_length > m.sliding_window && !t.flash_attention)
     return fail("training.flash_attention",
                 fmt::format("false, but {} tokens exceed {}'s sliding attention window of {}: the engines run the "
@@ -239,6 +243,8 @@ int64_t grad_dp(const Plan& p) { return p.dp * p.cp; }
 
 Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp) {
   if (cp == 1) return {};
+  if (m.is_mla())
+    return fail("plan.cp", fmt::format("cp = {} with {}'s latent attention is not modelled yet", cp, m.name));
   if (m.windowed_layers() > 0 && t.seq_length > m.sliding_window)
     return fail("plan.cp", fmt::format("cp = {} with {}'s sliding-window attention is not modelled (mist's ring "
                                        "is the causal one of full attention)", cp, m.name));

@@ -26,7 +26,7 @@ constexpr int64_t kMaxExperts = 4096;
 
 constexpr std::string_view kHfTypes =
     "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"falcon\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\", "
-    "\"gpt_oss\"";
+    "\"gpt_oss\", \"deepseek_v2\", \"deepseek_v3\"";
 
 // Keys that configure experts in the Hugging Face configs of MoE models (Mixtral, Qwen-MoE,
 // DeepSeek, gpt-oss, OLMoE, DBRX). Under a dense model_type they mean the model is not the dense
@@ -88,7 +88,8 @@ Result<void> reject_expert_keys(const JsonFields& f, const std::string& type) {
     if (v.is_number() && v.get<double>() == 0) continue;  // some dense configs write 0 experts
     return fail(f.field_path(key),
                 fmt::format("configures experts, but model_type \"{}\" is a dense model; a mixture of "
-                            "experts needs its own model_type (mist reads \"mixtral\", \"qwen2_moe\", \"qwen3_moe\" and \"gpt_oss\")",
+                            "experts needs its own model_type (mist reads \"mixtral\", \"qwen2_moe\", \"qwen3_moe\", \"gpt_oss\" "
+                            "and \"deepseek_v3\")",
                             type));
   }
   return {};
@@ -330,6 +331,51 @@ Result<ModelSpec> from_gpt_oss(const JsonFields& f, const std::string& what) {
   return m;
 }
 
+// DeepseekV3Config (transformers' deepseek_v3; DeepSeek-V2's deepseek_v2 shares it): multi-head
+// latent attention; the first first_k_dense_replace blocks dense (intermediate_size), the others a
+// router over n_routed_experts experts of moe_intermediate_size, top num_experts_per_tok, plus
+// n_shared_experts shared experts (one SwiGLU of n_shared·moe_intermediate_size, ungated). The
+// router's sigmoid scores, group-limited top-k and score-correction bias change no size mist counts
+// beyond the bias (E per block); the multi-token-prediction module (num_nextn_predict_layers) is
+// not part of the model mist plans (docs/specs.md).
+Result<ModelSpec> from_deepseek(const JsonFields& f, const std::string& what) {
+  MIST_TRY(ModelSpec m, hf_common(f, what, "llama"));
+  MIST_SPEC_CHECK(read_layers_and_heads(f, m));
+  m.num_kv_heads = m.num_heads;  // per-head keys and values out of the latent
+  MIST_TRY(m.max_position_embeddings, f.integer_or("max_position_embeddings", 4096, 1, kMaxPositions));
+  m.norm = Norm::kRmsNorm;
+  m.mlp = Mlp::kSwiGlu;
+  m.positions = Positions::kRotary;
+  m.norms_per_block = 2;
+  MIST_TRY(bool attention_bias, f.boolean_or("attention_bias", false));
+  if (attention_bias)
+    return fail(f.field_path("attention_bias"), "unsupported: biases on the latent attention's projections");
+  MIST_TRY(m.tie_word_embeddings, f.boolean_or("tie_word_embeddings", false));
+  if (f.has("q_lora_rank") && !f.raw("q_lora_rank").is_null()) {
+    MIST_TRY(m.q_lora_rank, f.integer("q_lora_rank", 1, kMaxHidden));
+  }
+  MIST_TRY(m.kv_lora_rank, f.integer("kv_lora_rank", 1, kMaxHidden));
+  MIST_TRY(m.qk_nope_head_dim, f.integer("qk_nope_head_dim", 1, kMaxHidden));
+  MIST_TRY(m.qk_rope_head_dim, f.integer("qk_rope_head_dim", 2, kMaxHidden));
+  MIST_TRY(m.v_head_dim, f.integer("v_head_dim", 1, kMaxHidden));
+  MIST_TRY(m.num_experts, f.integer("n_routed_experts", 1, kMaxExperts));
+  MIST_TRY(m.experts_per_token, f.integer("num_experts_per_tok", 1, m.num_experts));
+  MIST_TRY(m.moe_ffn_hidden_size, f.integer("moe_intermediate_size", 1, kMaxFfn));
+  MIST_TRY(int64_t shared, f.integer_or("n_shared_experts", 0, 0, kMaxExperts));
+  m.shared_expert_ffn_hidden_size = shared * m.moe_ffn_hidden_size;
+  MIST_TRY(int64_t freq, f.integer_or("moe_layer_freq", 1, 1, kMaxLayers));
+  if (freq != 1)
+    return fail(f.field_path("moe_layer_freq"),
+                fmt::format("unsupported: {} (an MoE block every {} blocks); mist models dense blocks first, then "
+                            "MoE blocks", freq, freq));
+  MIST_TRY(m.first_dense_layers, f.integer_or("first_k_dense_replace", 0, 0, m.num_layers - 1));
+  MIST_TRY(m.ffn_hidden_size, f.integer("intermediate_size", 1, kMaxFfn));
+  if (m.first_dense_layers == 0) m.ffn_hidden_size = 0;
+  MIST_TRY(int64_t mtp, f.integer_or("num_nextn_predict_layers", 0, 0, kMaxLayers));
+  m.mtp_layers = mtp;
+  return m;
+}
+
 // FalconConfig (transformers), including the 7B layout (multi-query, one shared norm) and the
 // 40B "new decoder architecture" (grouped KV heads, separate attention and MLP norms).
 Result<ModelSpec> from_falcon(const JsonFields& f, const std::string& what) {
@@ -376,13 +422,6 @@ Result<ModelSpec> from_falcon(const JsonFields& f, const std::string& what) {
   return m;
 }
 
-// Mixtures of experts mist recognises but cannot lower yet, and what they need.
-std::string_view not_yet_modelled(const std::string& type) {
-  if (type == "deepseek_v3" || type == "deepseek_v2")
-    return "multi-head latent attention (q_lora_rank, kv_lora_rank), dense first blocks "
-           "(first_k_dense_replace) and multi-token prediction are not modelled yet";
-  return {};
-}
 
 Result<ModelSpec> from_hf(const JsonFields& f, const std::string& what) {
   MIST_TRY(std::string type, f.string("model_type"));
@@ -390,8 +429,7 @@ Result<ModelSpec> from_hf(const JsonFields& f, const std::string& what) {
   if (type == "qwen2_moe") return from_qwen2_moe(f, what);
   if (type == "qwen3_moe") return from_qwen3_moe(f, what);
   if (type == "gpt_oss") return from_gpt_oss(f, what);
-  if (std::string_view why = not_yet_modelled(type); !why.empty())
-    return fail(f.field_path("model_type"), fmt::format("unsupported model_type \"{}\": {}", type, why));
+  if (type == "deepseek_v3" || type == "deepseek_v2") return from_deepseek(f, what);
   if (type == "gpt2" || type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "falcon")
     MIST_SPEC_CHECK(reject_expert_keys(f, type));
@@ -411,7 +449,8 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
        "ffn_hidden_size", "vocab_size", "max_position_embeddings", "norm", "mlp", "positions",
        "parallel_block", "norms_per_block", "qkv_bias", "linear_bias", "tie_word_embeddings",
        "num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
-       "shared_expert_gate", "first_dense_layers", "sliding_window", "full_attention_interval", "attention_sinks", "swiglu_limit",
+       "shared_expert_gate", "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+       "qk_rope_head_dim", "v_head_dim", "mtp_layers", "sliding_window", "full_attention_interval", "attention_sinks", "swiglu_limit",
        "head_dim", "qk_norm"}));
   ModelSpec m;
   MIST_TRY(m.name, f.string("name"));
@@ -423,6 +462,12 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
   MIST_TRY(m.num_kv_heads, f.integer_or("num_kv_heads", m.num_heads, 1, kMaxHidden));
   MIST_TRY(m.num_experts, f.integer_or("num_experts", 0, 0, kMaxExperts));
   MIST_TRY(m.first_dense_layers, f.integer_or("first_dense_layers", 0, 0, kMaxLayers));
+  MIST_TRY(m.q_lora_rank, f.integer_or("q_lora_rank", 0, 0, kMaxHidden));
+  MIST_TRY(m.kv_lora_rank, f.integer_or("kv_lora_rank", 0, 0, kMaxHidden));
+  MIST_TRY(m.qk_nope_head_dim, f.integer_or("qk_nope_head_dim", 0, 0, kMaxHidden));
+  MIST_TRY(m.qk_rope_head_dim, f.integer_or("qk_rope_head_dim", 0, 0, kMaxHidden));
+  MIST_TRY(m.v_head_dim, f.integer_or("v_head_dim", 0, 0, kMaxHidden));
+  MIST_TRY(m.mtp_layers, f.integer_or("mtp_layers", 0, 0, kMaxLayers));
   // A mixture of experts has a dense MLP width only for its first dense blocks.
   MIST_TRY(m.ffn_hidden_size, !m.is_moe()                  ? f.integer("ffn_hidden_size", 1, kMaxFfn)
                               : m.first_dense_layers == 0 ? f.integer_or("ffn_hidden_size", 0, 0, 0)
@@ -470,11 +515,23 @@ struct BlockCounts {
   int64_t common = 0, expert = 0;
 };
 
+// Multi-head latent attention: q (h·r_q + its RMSNorm r_q + r_q·a·(d_n + d_r), or h·a·(d_n + d_r)
+// without the bottleneck), kv down h·(r_kv + d_r), its RMSNorm r_kv, kv up r_kv·a·(d_n + d_v), out
+// a·d_v·h; no biases.
+int64_t mla_parameters(const ModelSpec& m) {
+  const int64_t h = m.hidden_size, a = m.num_heads, dqk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  const int64_t q = m.q_lora_rank > 0 ? h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * dqk : h * a * dqk;
+  const int64_t kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank +
+                     m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim);
+  return q + kv + a * m.v_head_dim * h;
+}
+
 BlockCounts block_counts(const ModelSpec& m, bool dense_mlp = false) {
   const int64_t h = m.hidden_size, f = m.ffn_hidden_size, kv = kv_width(m), q = m.num_heads > 0 ? m.query_width() : 0;
   int64_t attn = 2 * h * q + 2 * h * kv;
   if (m.qkv_bias) attn += q + 2 * kv;
   if (m.linear_bias) attn += h;
+  if (m.is_mla()) attn = mla_parameters(m);
   if (m.qk_norm) attn += 2 * norm_parameters(Norm::kRmsNorm, m.head_dim());  // q_norm, k_norm: one d each
   if (m.attention_sinks) attn += m.num_heads;
   const int64_t norms = m.norms_per_block * norm_parameters(m.norm, h);
@@ -609,6 +666,23 @@ Result<void> validate_model(const ModelSpec& m, const std::string& path) {
                             m.num_layers, m.full_attention_interval));
   if (m.full_attention_interval > 0 && m.sliding_window == 0)
     return fail(at("full_attention_interval"), "needs a sliding_window (the other blocks' window)");
+  if (m.is_mla()) {
+    for (auto [key, v] : {std::pair{"qk_nope_head_dim", m.qk_nope_head_dim}, std::pair{"v_head_dim", m.v_head_dim}})
+      if (v < 1) return fail(at(key), fmt::format("must be at least 1 with latent attention (kv_lora_rank), got {}", v));
+    if (m.qk_rope_head_dim < 2 || m.qk_rope_head_dim % 2 != 0)
+      return fail(at("qk_rope_head_dim"), fmt::format("must be even and at least 2 (the rotary half), got {}",
+                                                      m.qk_rope_head_dim));
+    if (m.num_kv_heads != m.num_heads)
+      return fail(at("num_kv_heads"), "must equal num_heads with latent attention (every head's keys come out of the latent)");
+    if (m.attention_head_dim != 0 || m.qk_norm || m.qkv_bias || m.attention_sinks || m.windowed_layers() > 0)
+      return fail(at("kv_lora_rank"), "latent attention with head_dim, qk_norm, qkv_bias, sinks or a window is not modelled");
+  } else {
+    for (auto [key, v] : {std::pair{"q_lora_rank", m.q_lora_rank}, std::pair{"qk_nope_head_dim", m.qk_nope_head_dim},
+                          std::pair{"qk_rope_head_dim", m.qk_rope_head_dim}, std::pair{"v_head_dim", m.v_head_dim}})
+      if (v != 0) return fail(at(key), fmt::format("is {} but kv_lora_rank is 0 (no latent attention)", v));
+  }
+  if (m.mtp_layers < 0)
+    return fail(at("mtp_layers"), fmt::format("must be 0 or positive, got {}", m.mtp_layers));
   if (m.swiglu_limit < 0 || (m.swiglu_limit > 0 && m.mlp != Mlp::kSwiGlu))
     return fail(at("swiglu_limit"), "must be 0, or positive with a SwiGLU MLP");
   MIST_SPEC_CHECK(in_range("vocab_size", m.vocab_size, kMaxVocab));
@@ -617,7 +691,7 @@ Result<void> validate_model(const ModelSpec& m, const std::string& path) {
   if (m.attention_head_dim < 0 || m.attention_head_dim > kMaxHidden)
     return fail(at("head_dim"), fmt::format("must be 0 (hidden_size / num_heads) or between 1 and {}, got {}",
                                             kMaxHidden, m.attention_head_dim));
-  if (m.attention_head_dim == 0 && m.hidden_size % m.num_heads != 0)
+  if (m.attention_head_dim == 0 && !m.is_mla() && m.hidden_size % m.num_heads != 0)
     return fail(at("num_heads"),
                 fmt::format("must divide hidden_size ({} % {} = {})", m.hidden_size, m.num_heads,
                             m.hidden_size % m.num_heads));
@@ -643,6 +717,7 @@ std::string megatron_core_only(const ModelSpec& m) {
   if (m.is_moe()) return "is a mixture of experts";
   if (m.qk_norm || m.decoupled_head_dim()) return "has Qwen3's attention (its own head size, q/k RMSNorm)";
   if (m.attention_sinks) return "has attention sinks";
+  if (m.is_mla()) return "has multi-head latent attention";
   return {};
 }
 
@@ -693,6 +768,14 @@ Json model_to_json(const ModelSpec& m) {
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.full_attention_interval > 0) j["full_attention_interval"] = m.full_attention_interval;
   if (m.attention_sinks) j["attention_sinks"] = true;
+  if (m.is_mla()) {
+    j["q_lora_rank"] = m.q_lora_rank;
+    j["kv_lora_rank"] = m.kv_lora_rank;
+    j["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    j["v_head_dim"] = m.v_head_dim;
+  }
+  if (m.mtp_layers > 0) j["mtp_layers"] = m.mtp_layers;
   if (m.swiglu_limit > 0) j["swiglu_limit"] = m.swiglu_limit;
   if (m.attention_head_dim > 0) j["head_dim"] = m.attention_head_dim;
   if (m.qk_norm) j["qk_norm"] = true;

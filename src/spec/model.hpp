@@ -58,6 +58,19 @@ struct ModelSpec {
   int64_t shared_expert_ffn_hidden_size = 0;  // f_s, 0 without a shared expert
   bool shared_expert_gate = false;
   int64_t first_dense_layers = 0;             // k
+  // Multi-head latent attention (DeepSeek-V2/V3; Megatron's --multi-latent-attention), when
+  // kv_lora_rank > 0: queries through a rank-q_lora_rank bottleneck (0: a direct projection), keys
+  // and values from one compressed kv_lora_rank vector per token plus a shared rotary key of
+  // qk_rope_head_dim; every head attends with qk_nope_head_dim + qk_rope_head_dim and returns
+  // v_head_dim. num_kv_heads is then num_heads and head_dim unused.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  // Multi-token-prediction modules the checkpoint has (DeepSeek-V3's num_nextn_predict_layers): kept
+  // for reference, not counted or planned (mist plans training without them, Megatron's default).
+  int64_t mtp_layers = 0;
   // Sliding-window attention (Mistral, Mixtral, gpt-oss): each token attends to the last
   // sliding_window positions; 0 for full causal attention. full_attention_interval N > 0: every Nth
   // block (the Nth, 2Nth, ...) attends over the whole sequence and the others use the window
@@ -71,10 +84,17 @@ struct ModelSpec {
   double swiglu_limit = 0;
 
   bool is_moe() const { return num_experts > 0; }
+  bool is_mla() const { return kv_lora_rank > 0; }
   // Blocks of num_layers that attend within sliding_window (all, some, or none).
   int64_t windowed_layers() const;
-  int64_t head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads; }
+  // The query/key head size (MLA: qk_nope_head_dim + qk_rope_head_dim).
+  int64_t head_dim() const {
+    if (is_mla()) return qk_nope_head_dim + qk_rope_head_dim;
+    return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads;
+  }
   int64_t query_width() const { return num_heads * head_dim(); }  // a·d, the attention's inner width
+  // The attention output's width, a·d_v (MLA: a·v_head_dim; else a·d).
+  int64_t value_width() const { return is_mla() ? num_heads * v_head_dim : query_width(); }
   // a·d differs from h (the attention projects h -> a·d -> h).
   bool decoupled_head_dim() const { return query_width() != hidden_size; }
   // Parameter count of the whole model (embedding, blocks, final norm, LM head; tied head once).

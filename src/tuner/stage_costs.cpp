@@ -86,6 +86,7 @@ std::vector<Point> StageCosts::cost(const std::vector<plan::StagePlan>& settings
 }
 
 std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& stats, Point* least) const {
+  if (index == 0 && layers < first_stage_min_layers_) return {};  // the dense blocks would not fit in it
   const SearchSpace& sp = *space_;
   const auto& W = sp.weight_offload;
   const auto& G = sp.grad_offload;

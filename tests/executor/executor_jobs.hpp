@@ -30,6 +30,22 @@ inline spec::ModelSpec model(const char* family, int64_t h, int64_t a, int64_t g
   return m;
 }
 
+// A Llama-shaped mixture of experts (RMSNorm, rotary, SwiGLU experts, no biases): E experts of
+// width fe, top k; with fs > 0 a shared expert of width fs, gated by sigmoid(x·w) when `gate`
+// (Qwen2-MoE's; Mixtral's has none).
+inline spec::ModelSpec moe(int64_t h, int64_t a, int64_t g, int64_t E, int64_t k, int64_t fe, int64_t fs = 0,
+                           bool gate = false) {
+  auto m = model("llama", h, a, g);
+  m.name = "moe";
+  m.ffn_hidden_size = 0;  // the experts' width is moe_ffn_hidden_size
+  m.num_experts = E;
+  m.experts_per_token = k;
+  m.moe_ffn_hidden_size = fe;
+  m.shared_expert_ffn_hidden_size = fs;
+  m.shared_expert_gate = gate;
+  return m;
+}
+
 // One layer of `m` (a block unless `kind` says otherwise; embeddings and heads untied), one thread.
 inline BlockRun run(spec::ModelSpec m, int64_t s, int64_t b, spec::Dtype dt, CheckpointMode ck, bool flash,
                     bool dropout = false, graph::LayerKind kind = graph::LayerKind::kBlock) {

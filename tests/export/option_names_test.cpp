@@ -47,7 +47,10 @@ const std::set<std::string> kMegatronNames{
     // :231, activation_func_clamp_value :235, --quick-geglu arguments.py:2452.
     "--window-size", "--window-attn-skip-freq", "--softmax-type", "--quick-geglu", "--glu-linear-offset",
     "--activation-func-clamp-value",
-    "--moe-layer-freq"};  // arguments.py:327 moe_freq_type
+    "--moe-layer-freq",  // arguments.py:327 moe_freq_type
+    // MLA: TransformerConfig.multi_latent_attention; arguments.py:3548-3557.
+    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+    "--v-head-dim"};
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.

@@ -136,7 +136,7 @@ TEST(MoeLowering, KeepsTheRoutedTokensAndExpertActivations) {
       const double T = 4096, h = static_cast<double>(moe.hidden_size), E = static_cast<double>(moe.num_experts),
                    k = static_cast<double>(moe.experts_per_token), fe = static_cast<double>(moe.moe_ffn_hidden_size);
       const double R = d.etp * T / t * k;
-      const double extra = T / t * (k * 28 + E * 4) + R * (h * 2 + 2) + R * 3 * fe / d.etp * 2 - T * 3 * fe / t * 2;
+      const double extra = T / t * (k * 20 + E * 12) + R * (h * 2 + 2) + R * 3 * fe / d.etp * 2 - T * 3 * fe / t * 2;
       EXPECT_NEAR(saved(moe) - saved(dense), extra, 1e-6 * extra)
           << name << " t=" << t << " ep=" << d.ep << " etp=" << d.etp;
     }
