@@ -87,6 +87,9 @@ struct Op {
   // causal mask: it skips the tiles above the diagonal; less with a sliding window, averaged over
   // the model's blocks: lower.cpp attention_work). fwd_flops and bwd_flops count the full product.
   double attention_work = 1.0;
+  // The fused attention kernel is PyTorch SDPA's FlashAttention-2 (torchtitan), not cuDNN's
+  // (Transformer Engine): its own rates on Hopper (hardware/perf_model.hpp).
+  bool flash2 = false;
   // FP8 training: the op's GEMMs run on FP8 operands; the casts that quantize them move
   // fp8_cast_fwd bytes in forward and fp8_cast_bwd in backward (memory-bound kernels of their own).
   bool fp8 = false;
@@ -145,6 +148,8 @@ struct LoweringOptions {
   // torchtitan's Attention: GQA's k and v repeated to every head before SDPA (repeat_kv) and the
   // attention output made contiguous, each a copy, compiled or not.
   bool copies_around_attention = false;
+  // torchtitan's F.scaled_dot_product_attention runs PyTorch's FlashAttention-2 kernel (Op::flash2).
+  bool sdpa_flash2 = false;
   // torch.compile of every block (torchtitan's compile.enable: apply_compile wraps each
   // TransformerBlock): inside the blocks each elementwise chain is one generated kernel that keeps
   // what a fused kernel keeps (eager_elementwise off); the embedding and the head stay eager.

@@ -195,6 +195,7 @@ int ring_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw) {
   Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
   op.attention_core = true;
   op.attention_work = 0.5;  // causal (check_cp refuses context parallelism with a sliding window)
+  op.flash2 = o.sdpa_flash2;
   op.fwd_temporaries = {blocks, partial};
   op.bwd_temporaries = {ring, step_grads};
   op.fwd_flops = 4 * sb(o) * s.s * qw / s.t;
@@ -224,6 +225,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const E
     Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
     op.attention_core = true;
     op.attention_work = work;
+    op.flash2 = o.sdpa_flash2;
     op.fwd_flops = 4 * s.b * s.s * s.s * qw / s.t;
     op.bwd_flops = 10 * s.b * s.s * s.s * qw / s.t;  // 2x the matmuls + recomputed q·kᵀ
     op.bytes_read = 3 * ctx_bytes;
@@ -542,6 +544,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   if (engine == spec::Engine::kTorchtitan) {
     o.eager_elementwise = true;
     o.copies_around_attention = true;
+    o.sdpa_flash2 = true;
     o.compiled_blocks = training.compile;
     o.fused_projections = false;
     o.fused_cross_entropy = false;

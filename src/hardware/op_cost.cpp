@@ -47,7 +47,7 @@ std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spe
   if (op.kind == graph::OpKind::kFlashAttention) {
     // Under a causal mask the kernel skips the tiles above the diagonal (half the work), and with
     // a sliding window those left of the band (Op::attention_work).
-    if (op.attention_work * flops > 0) out.push_back(FlashKernel{op.attention_work * flops, bwd, d});
+    if (op.attention_work * flops > 0) out.push_back(FlashKernel{op.attention_work * flops, bwd, d, op.flash2});
     return out;
   }
   // Everything else is memory-bound: the forward streams what it reads and writes; the backward

@@ -35,6 +35,7 @@ struct FlashKernel {
   double flops = 0;
   bool backward = false;
   spec::Dtype dtype = spec::Dtype::kBf16;
+  bool flash2 = false;  // PyTorch SDPA's FlashAttention-2 kernel (graph::Op::flash2)
 };
 
 using Kernel = std::variant<GemmKernel, StreamKernel, FlashKernel>;

@@ -64,7 +64,10 @@ double flash_efficiency(const spec::GpuSpec& g, const PerfConstants& c, bool bac
 
 double flash_time(const spec::GpuSpec& g, const FlashKernel& k, const PerfConstants& c) {
   if (k.flops <= 0) return 0;
-  return k.flops / (sustained_matmul_flops(g, k.dtype) * flash_efficiency(g, c, k.backward)) + c.kernel_launch_s;
+  const double e = k.flash2 && sm90_attention(g)
+                       ? (k.backward ? c.flash2_bwd_efficiency_sm90 : c.flash2_fwd_efficiency_sm90)
+                       : flash_efficiency(g, c, k.backward);
+  return k.flops / (sustained_matmul_flops(g, k.dtype) * e) + c.kernel_launch_s;
 }
 
 double streaming_time(const spec::GpuSpec& g, double bytes, const PerfConstants& c) {

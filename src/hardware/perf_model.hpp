@@ -49,6 +49,12 @@ struct PerfConstants {
   // FlashAttention-3, 2024, Figs. 5-6). Blackwell is assumed the same fraction until measured.
   double flash_fwd_efficiency_sm90 = 518.0 / 989.0;
   double flash_bwd_efficiency_sm90 = 499.0 / 989.0;
+  // FlashAttention-2 on the same GPUs (PyTorch SDPA's flash backend, which torchtitan runs): 319
+  // (forward, causal) and 310 (backward) TFLOP/s of the 989 peak at head dim 128, sequence 4k
+  // (the same FlashAttention-3 figures); it was written for Ampere and uses none of Hopper's
+  // asynchronous tensor-core instructions.
+  double flash2_fwd_efficiency_sm90 = 319.0 / 989.0;
+  double flash2_bwd_efficiency_sm90 = 310.0 / 989.0;
 };
 
 // Dense peak FLOP/s for matrix math in this precision (fp32 training uses the fp32 pipes: PyTorch
