@@ -281,14 +281,12 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double nd = static_cast<double>(first ? dense_blocks_ : 0), ckd = std::min(ck, nd);
   const BlockPasses db = nd > 0 ? passes(dns_) : BlockPasses{};
   const double blk_dense = blk.params - blk.expert_params, blk_exp = blk.expert_params;
-  const double blk_fwd = mb.fwd;
-  const double recompute_full = mb.recompute;
 
   auto edge_fwd = [&](const LayerTimes& x) { return std::max(x.fwd + x.fwd_tp, host * x.kernels_fwd); };
   auto edge_bwd = [&](const LayerTimes& x) {
     return std::max(x.bwd + (p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp), host * x.kernels_bwd);
   };
-  const double fwd = (l - nd) * blk_fwd + nd * db.fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
+  const double fwd = (l - nd) * mb.fwd + nd * db.fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
   const double bwd = (l - nd - (ck - ckd)) * mb.bwd + (ck - ckd) * mb.bwd_recomputed + (nd - ckd) * db.bwd +
                      ckd * db.bwd_recomputed + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0);
   // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
@@ -306,7 +304,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   s.fwd = fwd;
   s.bwd = bwd + accum;
   s.p2p = p2p_s;
-  s.recompute = (ck - ckd) * recompute_full + ckd * db.recompute +
+  s.recompute = (ck - ckd) * mb.recompute + ckd * db.recompute +
                 (selective ? (l - nd - (ck - ckd)) * blk.core_fwd + (nd - ckd) * dns_.core_fwd : 0);
   auto tp_of = [](const LayerTimes& x) { return x.fwd_tp + x.bwd_tp + x.fwd_exposed + x.bwd_exposed; };
   s.tp = (l - nd) * tp_of(blk) + nd * tp_of(dns_) + (ck - ckd) * (blk.fwd_tp + blk.fwd_exposed) +

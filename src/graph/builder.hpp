@@ -54,6 +54,8 @@ class LayerBuilder {
 
 inline const Symbols& S() { return symbols(); }
 inline Expr w(const LoweringOptions& o) { return Expr(o.act_bytes); }
+// A model size as a constant of the lowering.
+inline Expr constant(int64_t v) { return Expr(static_cast<double>(v)); }
 // Sequence-parallel regions (norms, dropout, residual) are split t ways along the sequence.
 inline Expr region(const LoweringOptions& o) { return o.sequence_parallel ? S().t : Expr(1.0); }
 // Tokens of one micro-batch on this rank before tensor parallelism: s·b, or s·b/cp under context
@@ -61,7 +63,8 @@ inline Expr region(const LoweringOptions& o) { return o.sequence_parallel ? S().
 inline Expr sb(const LoweringOptions& o) { return o.context_parallel ? S().s * S().b / S().cp : S().s * S().b; }
 
 // The ops below append to B and return the id of their output tensor (lower.cpp has their notes).
-int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const spec::ModelSpec& m);
+int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const spec::ModelSpec& m,
+         const Expr& width = S().h);
 int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_features, Expr out, Expr bias,
                   bool owns_weight = true, bool shares_input = false);
 int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bias);

@@ -13,16 +13,16 @@ namespace detail {
 
 using spec::ModelSpec;
 
-// LayerNorm / RMSNorm: saves its input and the per-token statistics (fp32 mean and rstd for
-// LayerNorm, rstd for RMSNorm).
-int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const ModelSpec&) {
+// LayerNorm / RMSNorm over `width` channels of the rank's tokens (h, or a latent's width):
+// saves its input and the per-token statistics (fp32 mean and rstd for LayerNorm, rstd for RMSNorm).
+int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const ModelSpec&, const Expr& width) {
   const auto& o = B.o_;
-  Expr n = sb(o) * S().h / region(o);
+  Expr n = sb(o) * width / region(o);
   int y = B.tensor(name + ".out", n * w(o));
   bool ln = kind == spec::Norm::kLayerNorm;
   int stats = B.tensor(name + ".stats", sb(o) / region(o) * (ln ? 8 : 4), false);
   Op& op = B.op(name, ln ? OpKind::kLayerNorm : OpKind::kRmsNorm, {x}, {y, stats}, {x, stats});
-  op.params = ln ? 2 * S().h : S().h;
+  op.params = ln ? 2 * width : width;
   op.fwd_flops = (ln ? 8 : 5) * n;
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = n * w(o) + op.params * w(o);

@@ -14,28 +14,6 @@
 
 namespace mist::graph::detail {
 
-namespace {
-
-Expr constant(int64_t v) { return Expr(static_cast<double>(v)); }
-
-// RMSNorm over a `width`-wide vector per token of the rank's tokens: keeps its input and the fp32
-// 1/rms per token (TE's LayerNormLinear keeps the same as a norm before a linear).
-int latent_norm(LayerBuilder& B, const std::string& name, int x, Expr width) {
-  const auto& o = B.o_;
-  const Expr tokens = sb(o) / region(o);
-  int y = B.tensor(name + ".out", tokens * width * w(o));
-  int rstd = B.tensor(name + ".stats", tokens * 4, false);
-  Op& op = B.op(name, OpKind::kRmsNorm, {x}, {y, rstd}, {x, rstd});
-  op.params = width;
-  op.fwd_flops = 5 * tokens * width;
-  op.bwd_flops = 2 * op.fwd_flops;
-  op.bytes_read = tokens * width * w(o) + op.params * w(o);
-  op.bytes_written = tokens * width * w(o);
-  return y;
-}
-
-}  // namespace
-
 int mla_attention(LayerBuilder& B, int x, const spec::ModelSpec& m, double work) {
   const auto& o = B.o_;
   const auto& s = S();
@@ -51,7 +29,7 @@ int mla_attention(LayerBuilder& B, int x, const spec::ModelSpec& m, double work)
   int q = -1;
   if (m.q_lora_rank > 0) {
     int qc = replicated_linear(B, "attn.q_down", x, s.h, rq);
-    int qn = latent_norm(B, "attn.q_norm", qc, rq);
+    int qn = norm(B, "attn.q_norm", qc, spec::Norm::kRmsNorm, m, rq);
     q = column_linear(B, "attn.q_up", qn, rq, heads * dqk, Expr(0.0));
   } else {
     q = column_linear(B, "attn.q_proj", x, s.h, heads * dqk, Expr(0.0));
@@ -74,7 +52,7 @@ int mla_attention(LayerBuilder& B, int x, const spec::ModelSpec& m, double work)
     g.bytes_written = Expr(0.0);
     k_rope = gathered;
   }
-  int kvn = latent_norm(B, "attn.kv_norm", latent, rkv);
+  int kvn = norm(B, "attn.kv_norm", latent, spec::Norm::kRmsNorm, m, rkv);
   int kv = column_linear(B, "attn.kv_up", kvn, rkv, heads * (dn + dv), Expr(0.0));
 
   // The fused rotary kernels: the query, key and value the attention kernel takes, new tensors,

@@ -11,8 +11,6 @@ namespace mist::graph::detail {
 
 namespace {
 
-Expr constant(int64_t v) { return Expr(static_cast<double>(v)); }
-
 // The GEMMs of this rank's `experts` local experts in one grouped GEMM, `tokens` rows in all
 // (tokens / experts each under balanced routing); the weights are expert parameters. `bias`: each
 // local expert's bias (gpt-oss), added in the GEMM's epilogue.

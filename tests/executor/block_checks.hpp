@@ -37,7 +37,9 @@ inline void expect_block_matches_model(const BlockRun& r, bool reserved = true) 
     const auto seq = predicted_allocation_sequence(*p, m->output_freed);
     const auto mist = allocator::replay(seq);
     EXPECT_EQ(mist.requested_bytes.peak, m->peak_bytes());
-    if (reserved) EXPECT_EQ(mist.reserved_bytes.peak, allocator::replay(m->recorded).reserved_bytes.peak);
+    if (reserved) {
+      EXPECT_EQ(mist.reserved_bytes.peak, allocator::replay(m->recorded).reserved_bytes.peak);
+    }
   }
   EXPECT_TRUE(m->step_ok);
 }
