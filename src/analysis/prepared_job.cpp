@@ -14,7 +14,7 @@ struct PreparedJob::Cache {
   std::mutex mu;
   // Keyed by (sequence parallel, recompute mode, expert parallel, expert tensor parallel, one local
   // expert); a built entry never moves (std::map nodes), so pointers to it stay valid.
-  std::map<std::tuple<bool, size_t, bool, bool, bool, bool>, Result<std::unique_ptr<Lowering>>> lowerings;
+  std::map<std::tuple<bool, size_t, bool, bool, bool, bool, int>, Result<std::unique_ptr<Lowering>>> lowerings;
 };
 
 Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
@@ -65,24 +65,39 @@ PreparedJob PreparedJob::with_allocator_replay(bool on) const {
 }
 
 Result<const Lowering*> PreparedJob::lowering(bool sequence_parallel, plan::Recompute recompute) const {
-  return lowering_with(sequence_parallel, recompute, false, false, false, false);
+  return lowering_with(sequence_parallel, recompute, false, false, false, false, plan::CpComm::kRing);
 }
 
 Result<const Lowering*> PreparedJob::lowering(const plan::Plan& p) const {
   // A dense model has no dispatcher: every plan shares the lowering without expert collectives.
   const bool moe = model().is_moe();
   return lowering_with(p.sequence_parallel && p.tp > 1, p.recompute, moe && p.ep > 1, moe && p.etp > 1,
-                       moe && p.ep == model().num_experts, p.cp > 1);
+                       moe && p.ep == model().num_experts, p.cp > 1, p.cp_comm);
 }
+
+namespace {
+// The plan's K/V exchange as the engine implements it: torchtitan's ring is PyTorch's all-gather
+// rotation (graph::CpExchange).
+graph::CpExchange cp_exchange(plan::CpComm comm, spec::Engine engine) {
+  switch (comm) {
+    case plan::CpComm::kAllToAll: return graph::CpExchange::kAllToAll;
+    case plan::CpComm::kAllGather: return graph::CpExchange::kAllGather;
+    case plan::CpComm::kRing: break;
+  }
+  return engine == spec::Engine::kTorchtitan ? graph::CpExchange::kGatherRing : graph::CpExchange::kRing;
+}
+}  // namespace
 
 Result<const Lowering*> PreparedJob::lowering_with(bool sequence_parallel, plan::Recompute recompute,
                                                    bool expert_parallel, bool expert_tensor_parallel,
-                                                   bool one_local_expert, bool context_parallel) const {
+                                                   bool one_local_expert, bool context_parallel,
+                                                   plan::CpComm cp_comm) const {
   const size_t r = static_cast<size_t>(recompute);
   if (r >= 2) return fail("plan.recompute", "unknown recompute mode");
   std::lock_guard lock(cache_->mu);
+  if (!context_parallel) cp_comm = plan::CpComm::kRing;
   const auto key = std::make_tuple(sequence_parallel, r, expert_parallel, expert_tensor_parallel, one_local_expert,
-                                   context_parallel);
+                                   context_parallel, static_cast<int>(cp_comm));
   auto it = cache_->lowerings.find(key);
   if (it == cache_->lowerings.end()) {
     const auto& t = training();
@@ -91,6 +106,7 @@ Result<const Lowering*> PreparedJob::lowering_with(bool sequence_parallel, plan:
     o.expert_tensor_parallel = expert_tensor_parallel;
     o.one_local_expert = one_local_expert;
     o.context_parallel = context_parallel;
+    o.cp_exchange = cp_exchange(cp_comm, engine());
     auto lm = graph::lower(model(), t.seq_length, o);
     auto memory = build_stage_memory_model(lm, t, recompute);
     Result<std::unique_ptr<Lowering>> slot =

@@ -44,24 +44,27 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
                                                                            : place.tp;
       return hardware::collective_time(c, kind, g, sym::evaluate_or_zero(cm.bytes, at), k.comm);
     };
-    if (op.fwd_ring.kind != graph::CommKind::kNone) {
-      // Context parallelism's K/V ring runs under the op's own cp steps: each of the first cp − 1
-      // steps' kernels hides the next block's exchange; what a step's exchange takes beyond its
-      // kernel, and the interference while both run, is exposed. Each step is one more kernel
-      // and one more send/recv for the host to issue.
+    if (!op.fwd_cp.empty() || !op.bwd_cp.empty()) {
+      // Context parallelism's K/V exchanges run under their share of the op's own kernels (the
+      // ring: each of the first cp − 1 steps' kernels hides the next block's exchange); what an
+      // exchange takes beyond its share, and the interference while both run, is exposed. A ring
+      // adds a kernel and a send/recv per step for the host to issue, any other collective one.
       const double cp = std::max(1.0, at.at("cp"));
-      auto under = [&](double kernel, const graph::TpComm& ring) {
-        const double g = kernel * (cp - 1) / cp, x = comm(ring);
-        return std::max(g, x) + k.overlap_interference * std::min(g, x) - g;
+      auto exposed = [&](double kernel, const std::vector<graph::HiddenComm>& xs, double& kernels) {
+        double sum = 0;
+        for (const auto& x : xs) {
+          const double g = kernel * sym::evaluate_or_zero(x.under, at), c = comm(x.comm);
+          sum += std::max(g, c) + k.overlap_interference * std::min(g, c) - g;
+          kernels += x.comm.kind == graph::CommKind::kRingExchange ? 2 * (cp - 1) : 1;
+        }
+        return sum;
       };
-      const double f = under(t.fwd, op.fwd_ring), b = under(t.bwd, op.bwd_ring);
+      const double f = exposed(t.fwd, op.fwd_cp, r.kernels_fwd), b = exposed(t.bwd, op.bwd_cp, r.kernels_bwd);
       r.fwd_exposed += f;
       r.bwd_exposed += b;
       r.fwd_cp += f;
       r.bwd_cp += b;
       if (op.selective_recompute) r.core_fwd += f;
-      r.kernels_fwd += 2 * (cp - 1);
-      r.kernels_bwd += 2 * (cp - 1);
     }
     if (op.exposed_comm) {
       r.fwd_exposed += comm(op.fwd_comm);

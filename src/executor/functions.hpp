@@ -72,7 +72,7 @@ at::Tensor pv(at::Tensor p, at::Tensor v, const AttnDims& d, int op);
 at::Tensor flash_attention(at::Tensor q, at::Tensor k, at::Tensor v,
                            const AttnDims& d, int op);
 // The last rank (r = cp−1) of context-parallel flash attention over d.cp > 1 ranks, as Transformer
-// Engine's AttnFuncWithCPAndKVP2P with graph/lower.cpp's accounting (ring_attention_core): q, k, v
+// Engine's AttnFuncWithCPAndKVP2P with graph/lower.cpp's accounting (cp_attention_core): q, k, v
 // hold the rank's s/cp tokens, which for the last rank are contiguous (chunks cp−1 and cp). Saves
 // what flash_attention saves. Forward: cp K/V blocks (a copy of the local k and v, then cp − 1
 // received: drawn, the same in every call) and each step's output and fp32 log-sum-exp, combined

@@ -1,5 +1,5 @@
 // Context-parallel flash attention in the executor: one rank (the last) of Transformer Engine's
-// p2p K/V ring, its memory as graph/lower.cpp's ring_attention_core counts it.
+// p2p K/V ring, its memory as graph/lower.cpp's cp_attention_core counts it.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -20,7 +20,7 @@ namespace {
 using namespace detail;
 
 // Context-parallel flash attention, the last rank of the ring (functions.hpp). Memory follows
-// graph/lower.cpp's ring_attention_core byte for byte: every tensor the ring holds is an
+// graph/lower.cpp's cp_attention_core byte for byte: every tensor the ring holds is an
 // activation of exactly the lowering's size; all fp32 copies and tiles are workspace.
 
 // K/V block i of the ring [s, b, 2·g·d] (k then v per token): block 0 is the local k and v; the

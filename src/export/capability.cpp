@@ -146,6 +146,7 @@ void fold_cp_into_dp(Walk& w, std::string why) {
                                          w.p.micro_batch_size, w.p.grad_accum_steps);
   w.p.dp *= cp;
   w.p.cp = 1;
+  w.p.cp_comm = plan::CpComm::kRing;
   w.p.micro_batch_size = b;
   w.p.grad_accum_steps = want / b;
   w.note("plan.cp", std::move(why),
@@ -272,6 +273,11 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
 
 void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
   one_zero_level(w, Engine::kTorchtitan);
+  if (w.p.cp > 1 && w.p.cp_comm != plan::CpComm::kRing) {
+    w.note("plan.cp_comm", "torchtitan's context parallelism is PyTorch's ring attention (its all-gather rotation) "
+                           "only", fmt::format("{} -> ring", plan::to_string(w.p.cp_comm)));
+    w.p.cp_comm = plan::CpComm::kRing;
+  }
   if (w.p.cp > 1 && w.p.stages[0].zero == 0)
     set_zero(w, 2, "torchtitan applies FSDP whenever context parallelism is on, sharding over dp_shard·cp "
                    "(parallel_dims.fsdp_enabled)");

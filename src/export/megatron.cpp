@@ -14,6 +14,10 @@ namespace mist::engines {
 
 namespace {
 
+const char* megatron_cp_comm(plan::CpComm c) {
+  return c == plan::CpComm::kAllToAll ? "a2a" : c == plan::CpComm::kAllGather ? "all_gather" : "p2p";
+}
+
 using detail::add;
 
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
@@ -388,10 +392,10 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   add(o, "--pipeline-model-parallel-size", p.pp);
   if (p.sequence_parallel) add(o, "--sequence-parallel");
   if (p.cp > 1) {
-    // The ring mist models: Transformer Engine's p2p K/V exchange (Megatron's default,
-    // arguments.py:3221; the all_gather exchange cannot overlap, TransformerConfig.cp_comm_type).
+    // plan.cp_comm as Megatron spells it (arguments.py:3221, TransformerConfig.cp_comm_type): the
+    // ring is Transformer Engine's p2p K/V exchange, Megatron's default.
     add(o, "--context-parallel-size", p.cp);
-    add(o, "--cp-comm-type", std::string("p2p"));
+    add(o, "--cp-comm-type", std::string(megatron_cp_comm(p.cp_comm)));
   }
   // Always both: Megatron's default expert tensor parallelism is tp, mist's plan field defaults to 1.
   if (m.is_moe()) {
@@ -501,9 +505,15 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   MIST_TRY(auto cp, f.integer("--context-parallel-size", 1, 1024));
   MIST_TRY(auto ep, f.integer("--expert-model-parallel-size", 1, 1 << 20));
   MIST_TRY(auto etp, f.integer("--expert-tensor-parallel-size", 1, 1024));
-  if (auto comm = f.string("--cp-comm-type"); comm && *comm != "p2p")
-    return fail("--cp-comm-type", fmt::format("is \"{}\": mist models the p2p ring only (Megatron's default), not "
-                                              "the all_gather, a2a or a2a+p2p exchanges", *comm));
+  if (auto comm = f.string("--cp-comm-type")) {
+    // One type for every layer; a per-layer list and the hierarchical a2a+p2p are not modelled.
+    if (*comm == "a2a") p.cp_comm = plan::CpComm::kAllToAll;
+    else if (*comm == "all_gather") p.cp_comm = plan::CpComm::kAllGather;
+    else if (*comm != "p2p")
+      return fail("--cp-comm-type", fmt::format("is \"{}\": mist models p2p (the ring), a2a and all_gather, one for "
+                                                "every layer, not the hierarchical a2a+p2p", *comm));
+    if (cp.value_or(1) == 1) p.cp_comm = plan::CpComm::kRing;  // Megatron ignores it without CP
+  }
   if (!m.is_moe() && ep.value_or(1) > 1)
     return fail("--expert-model-parallel-size", fmt::format("is {} but model {} has no experts", *ep, m.name));
   p.tp = tp.value_or(1);

@@ -43,6 +43,27 @@ struct TpComm {
   CommGroup group = CommGroup::kTp;
 };
 
+// A collective that runs under a share of its op's own kernel time (context parallelism's K/V
+// exchanges): `under` 0 is fully exposed; what the collective takes beyond the share, and the
+// interference while both run, is exposed (analysis/time_model.cpp).
+struct HiddenComm {
+  TpComm comm;
+  Expr under = Expr(0.0);
+};
+
+// How the lowering's attention moves keys and values under context parallelism
+// (LoweringOptions::cp_exchange; the plan's cp_comm with the engine's implementation):
+//   kRing        Transformer Engine's p2p ring: cp − 1 sends of the local K/V block, each under a
+//                step's kernel;
+//   kGatherRing  PyTorch's ring attention (torchtitan): K/V all-gathered once under the first step's
+//                kernel; backward gathers them again and passes the fp32 dK/dV around the ring, the
+//                last pass after the kernels;
+//   kAllGather   Transformer Engine's all-gather (Megatron's all_gather): K/V gathered before the
+//                kernels, again in backward, dK/dV reduce-scattered after, all exposed;
+//   kAllToAll    Transformer Engine's a2a (Ulysses): q, k, v to head-sharded before the kernel, the
+//                output back after it (backward: the output gradient, then dq, dk, dv), all exposed.
+enum class CpExchange { kRing, kGatherRing, kAllGather, kAllToAll };
+
 struct Tensor {
   std::string name;
   Expr bytes;                 // a view carries its own size (its gradient has it); storage is the base's
@@ -77,10 +98,9 @@ struct Op {
   TpComm fwd_comm, bwd_comm;                // collective after the op (fwd) / before its grad (bwd)
   TpComm bwd_regather;                      // a saved input shard gathered again for the weight gradient
   bool exposed_comm = false;                // a collective alone (the MoE dispatcher's), overlapped with nothing
-  // Context parallelism's K/V ring, run under this op's own kernels (Transformer Engine sends the
-  // next step's block while it computes the current one): fwd_ring in forward, bwd_ring (K/V and
-  // their gradients) in backward.
-  TpComm fwd_ring, bwd_ring;
+  // Context parallelism's K/V exchanges in forward and backward, each under its share of the op's
+  // kernel (Transformer Engine's ring sends the next step's block while it computes the current one).
+  std::vector<HiddenComm> fwd_cp, bwd_cp;
   bool is_gemm = false;                     // linear or bmm: `gemm` holds its forward shape
   GemmShape gemm;
   // Flash attention: the share of the full s×s score product its kernel computes (0.5 under a
@@ -167,6 +187,7 @@ struct LoweringOptions {
   // sees s/cp tokens (symbol cp), the attention's local queries attend to all s keys, whose blocks
   // travel around the CP ring.
   bool context_parallel = false;
+  CpExchange cp_exchange = CpExchange::kRing;
   // FP8 training: the blocks' linears run in FP8 (the router, the shared expert's gate and the LM
   // head stay bf16, as Megatron-Core and torchtitan's float8 converter leave them).
   // fp8_keeps_fp8_inputs: Transformer Engine keeps each FP8 linear's input for backward as its FP8

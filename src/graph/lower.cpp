@@ -169,41 +169,100 @@ int residual_add(LayerBuilder& B, const std::string& name, int x, int y) {
   return z;
 }
 
-// Flash attention under context parallelism, as Transformer Engine's AttnFuncWithCPAndKVP2P
-// (Megatron-Core's --cp-comm-type p2p) runs it: the rank's s/cp queries (chunks r and 2·cp−1−r of
-// the sequence) attend to all s keys in cp steps; at each step it sends the K/V block it holds to
-// the next CP rank while computing with it, so the ring (cp − 1 exchanges of the local k and v)
-// runs under the kernels. The chunk pairing gives every rank 1/cp of the causal work. Saves what
-// flash attention saves, for the local tokens. Forward keeps each step's received block and each
-// step's partial output and log-sum-exp until the final correction (TE's p2p_comm_buffers,
-// out_per_step, softmax_lse_per_step; bounded here by the last rank, whose every step sees all
-// its queries); backward sends K/V and their gradients together, double-buffered, and each step's
-// kernel writes a partial dq and dkv.
-int ring_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw) {
+// Flash attention under context parallelism. Every rank holds s/cp tokens, chunks r and 2·cp−1−r of
+// the sequence's 2·cp, so each has 1/cp of the causal work; the op's FLOPs count that share. How the
+// keys and values travel is LoweringOptions::cp_exchange (layer.hpp):
+// - kRing, as Transformer Engine's AttnFuncWithCPAndKVP2P runs it (Megatron-Core's --cp-comm-type
+//   p2p): the rank's queries attend to all s keys in cp steps; at each step it sends the K/V block it
+//   holds to the next CP rank while computing with it, so the ring (cp − 1 exchanges of the local k
+//   and v) runs under the kernels. Forward keeps each step's received block and each step's partial
+//   output and log-sum-exp until the final correction (TE's p2p_comm_buffers, out_per_step,
+//   softmax_lse_per_step; bounded here by the last rank, whose every step sees all its queries);
+//   backward sends K/V and their gradients together, double-buffered, and each step's kernel writes a
+//   partial dq and dkv.
+// - kGatherRing, PyTorch's _templated_ring_attention with its default all-gather rotation
+//   (torchtitan): one all-gather of k and v, which only the first step's kernel hides; backward
+//   gathers them again under its first step and passes the fp32 dK/dV to the next rank after every
+//   step (an all-to-all permutation), each under the next step's kernel but the last. Its buffers
+//   are the ring's (the gathered K/V are the cp blocks).
+// - kAllGather, TE's AttnFuncWithCPAndKVAllGather (--cp-comm-type all_gather): k and v gathered whole
+//   and reordered (index_select, a copy) before the two chunks' kernels; backward gathers them again,
+//   computes into full-length dk and dv and reduce-scatters them. Nothing overlaps.
+// - kAllToAll, TE's a2a (--cp-comm-type a2a, Ulysses): q, k and v become head-sharded over the whole
+//   sequence by an all-to-all, the kernel runs with a/(t·cp) heads over all s tokens (`work`: the
+//   model's mask, sliding windows included), and the output returns by a second one; backward the
+//   same for the output gradient and dq, dk, dv. Each exchange keeps its input and output at once.
+// Each saves what flash attention saves, for the local tokens (the a2a's head-sharded tensors are
+// the same bytes).
+int cp_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, double work) {
   const auto& o = B.o_;
   const auto& s = S();
   const Expr heads = s.a / s.t;
   const Expr ctx_bytes = sb(o) * qw / s.t * w(o);
   const Expr lse_bytes = sb(o) * heads * 4;
   const Expr kv_block = B.bytes(k) + B.bytes(v);
+  const CpExchange x = o.cp_exchange;
   int ctx = B.tensor("attn.core.out", ctx_bytes);
   int lse = B.tensor("attn.core.lse", lse_bytes, false);
-  int blocks = B.tensor("attn.core.cp_kv_blocks", s.cp * kv_block, false);
-  int partial = B.tensor("attn.core.cp_step_outputs", s.cp * (ctx_bytes + lse_bytes), false);
-  int ring = B.tensor("attn.core.cp_kv_dkv_buffers", 4 * kv_block, false);
-  int step_grads = B.tensor("attn.core.cp_step_grads", B.bytes(q) + kv_block, false);
+  std::vector<int> fwd_tmp, bwd_tmp;
+  if (x == CpExchange::kRing || x == CpExchange::kGatherRing) {
+    fwd_tmp = {B.tensor("attn.core.cp_kv_blocks", s.cp * kv_block, false),
+               B.tensor("attn.core.cp_step_outputs", s.cp * (ctx_bytes + lse_bytes), false)};
+    bwd_tmp = {B.tensor("attn.core.cp_kv_dkv_buffers", 4 * kv_block, false),
+               B.tensor("attn.core.cp_step_grads", B.bytes(q) + kv_block, false)};
+  } else if (x == CpExchange::kAllGather) {
+    fwd_tmp = {B.tensor("attn.core.cp_kv_gathered", 2 * s.cp * kv_block, false),
+               B.tensor("attn.core.cp_step_outputs", ctx_bytes + lse_bytes, false)};
+    bwd_tmp = {B.tensor("attn.core.cp_kv_gathered", 2 * s.cp * kv_block, false),
+               B.tensor("attn.core.cp_dkv_full", s.cp * kv_block, false),
+               B.tensor("attn.core.cp_step_grads", B.bytes(q) + s.cp * kv_block, false)};
+  } else {
+    fwd_tmp = {B.tensor("attn.core.cp_a2a_qkv", B.bytes(q) + kv_block, false),
+               B.tensor("attn.core.cp_a2a_out", ctx_bytes, false)};
+    bwd_tmp = {B.tensor("attn.core.cp_a2a_dout", ctx_bytes, false),
+               B.tensor("attn.core.cp_a2a_dqkv", B.bytes(q) + kv_block, false)};
+  }
   Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
   op.attention_core = true;
-  op.attention_work = 0.5;  // causal (check_cp refuses context parallelism with a sliding window)
+  // Causal for the exchanges that pair chunks (check_cp refuses them with a sliding window); the
+  // a2a's kernel sees the whole sequence, with the model's own mask.
+  op.attention_work = x == CpExchange::kAllToAll ? work : 0.5;
   op.flash2 = o.sdpa_flash2;
-  op.fwd_temporaries = {blocks, partial};
-  op.bwd_temporaries = {ring, step_grads};
+  op.fwd_temporaries = fwd_tmp;
+  op.bwd_temporaries = bwd_tmp;
   op.fwd_flops = 4 * sb(o) * s.s * qw / s.t;
   op.bwd_flops = 10 * sb(o) * s.s * qw / s.t;
-  op.bytes_read = ctx_bytes + s.cp * kv_block;  // every step reads a K/V block
+  // Every step reads a K/V block (the a2a's single kernel reads the whole sequence's, a/cp heads).
+  op.bytes_read = ctx_bytes + s.cp * kv_block;
   op.bytes_written = ctx_bytes;
-  op.fwd_ring = {CommKind::kRingExchange, kv_block, CommGroup::kContext};
-  op.bwd_ring = {CommKind::kRingExchange, 2 * kv_block, CommGroup::kContext};
+  const Expr first = 1 / s.cp, rest = (s.cp - 1) / s.cp;
+  auto ctxg = [](CommKind k, const Expr& bytes) { return TpComm{k, bytes, CommGroup::kContext}; };
+  switch (x) {
+    case CpExchange::kRing:
+      op.fwd_cp = {{ctxg(CommKind::kRingExchange, kv_block), rest}};
+      op.bwd_cp = {{ctxg(CommKind::kRingExchange, 2 * kv_block), rest}};
+      break;
+    case CpExchange::kGatherRing: {
+      // dK/dV accumulate in fp32 (PyTorch's _cp_options.convert_to_f32).
+      const Expr dkv = kv_block * 4 / o.act_bytes;
+      op.fwd_cp = {{ctxg(CommKind::kAllGather, s.cp * kv_block), first}};
+      op.bwd_cp = {{ctxg(CommKind::kAllGather, s.cp * kv_block), first},
+                   {ctxg(CommKind::kRingExchange, dkv), rest},
+                   {ctxg(CommKind::kAllToAll, dkv), Expr(0.0)}};
+      break;
+    }
+    case CpExchange::kAllGather:
+      op.fwd_cp = {{ctxg(CommKind::kAllGather, s.cp * kv_block), Expr(0.0)}};
+      op.bwd_cp = {{ctxg(CommKind::kAllGather, s.cp * kv_block), Expr(0.0)},
+                   {ctxg(CommKind::kReduceScatter, s.cp * kv_block), Expr(0.0)}};
+      break;
+    case CpExchange::kAllToAll:
+      op.fwd_cp = {{ctxg(CommKind::kAllToAll, B.bytes(q) + kv_block), Expr(0.0)},
+                   {ctxg(CommKind::kAllToAll, ctx_bytes), Expr(0.0)}};
+      op.bwd_cp = {{ctxg(CommKind::kAllToAll, ctx_bytes), Expr(0.0)},
+                   {ctxg(CommKind::kAllToAll, B.bytes(q) + kv_block), Expr(0.0)}};
+      break;
+  }
   return ctx;
 }
 
@@ -218,7 +277,7 @@ int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const E
   const auto& s = S();
   Expr heads = s.a / s.t;
   Expr ctx_bytes = sb(o) * qw / s.t * w(o);
-  if (o.flash_attention && o.context_parallel) return ring_attention_core(B, q, k, v, qw);
+  if (o.flash_attention && o.context_parallel) return cp_attention_core(B, q, k, v, qw, work);
   if (o.flash_attention) {
     int ctx = B.tensor("attn.core.out", ctx_bytes);
     int lse = B.tensor("attn.core.lse", s.b * heads * s.s * 4, false);

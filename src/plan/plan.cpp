@@ -80,13 +80,17 @@ Result<StagePlan> stage_from_json(const Json& j, const std::string& path) {
 
 const char* to_string(Recompute r) { return r == Recompute::kSelective ? "selective" : "none"; }
 
+const char* to_string(CpComm c) {
+  return c == CpComm::kAllToAll ? "a2a" : c == CpComm::kAllGather ? "all_gather" : "ring";
+}
+
 Result<Plan> load_plan(const std::string& path) {
   return load_json_as(path, "plan", plan_from_json);
 }
 
 Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(auto f, JsonFields::of(j, what));
-  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "cp", "ep", "etp", "sequence_parallel", "micro_batch_size",
+  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "sequence_parallel", "micro_batch_size",
                                           "grad_accum_steps", "virtual_pipeline_stages", "recompute",
                                           "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
                                           "grad_accumulation_fusion", "async_tp_backward", "stages",
@@ -96,6 +100,11 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(p.tp, f.integer("tp", 1, kMaxTp));
   MIST_TRY(p.pp, f.integer("pp", 1, kMaxPp));
   MIST_TRY(p.cp, f.integer_or("cp", 1, 1, kMaxCp));
+  MIST_TRY(std::string cc, f.choice_or("cp_comm", "ring", {"ring", "a2a", "all_gather"}));
+  p.cp_comm = cc == "a2a" ? CpComm::kAllToAll : cc == "all_gather" ? CpComm::kAllGather : CpComm::kRing;
+  if (p.cp_comm != CpComm::kRing && p.cp == 1)
+    return fail(f.field_path("cp_comm"), fmt::format("is \"{}\" but cp is 1: it says how context parallelism "
+                                                     "exchanges keys and values, and there is none", cc));
   MIST_TRY(p.ep, f.integer_or("ep", 1, 1, kMaxDegree));
   MIST_TRY(p.etp, f.integer_or("etp", 1, 1, kMaxTp));
   MIST_TRY(p.sequence_parallel, f.boolean_or("sequence_parallel", false));
@@ -151,6 +160,7 @@ Json plan_to_json(const Plan& p) {
          {"stages", stages}};
   // Written only when set, so a plan without them has the same file as before.
   if (p.cp != 1) j["cp"] = p.cp;
+  if (p.cp_comm != CpComm::kRing) j["cp_comm"] = to_string(p.cp_comm);
   if (p.ep != 1 || p.etp != 1) {
     j["ep"] = p.ep;
     j["etp"] = p.etp;
@@ -241,13 +251,21 @@ int64_t expert_dp(const Plan& p) { return std::max<int64_t>(1, p.tp * p.cp * p.d
 
 int64_t grad_dp(const Plan& p) { return p.dp * p.cp; }
 
-Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp) {
+Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp, CpComm comm, int64_t tp) {
   if (cp == 1) return {};
   if (m.is_mla())
     return fail("plan.cp", fmt::format("cp = {} with {}'s latent attention is not modelled yet", cp, m.name));
-  if (m.windowed_layers() > 0 && t.seq_length > m.sliding_window)
-    return fail("plan.cp", fmt::format("cp = {} with {}'s sliding-window attention is not modelled (mist's ring "
-                                       "is the causal one of full attention)", cp, m.name));
+  if (comm == CpComm::kAllToAll) {
+    // Transformer Engine's a2a splits each TP rank's heads over the CP group (flash_attn_a2a_communicate).
+    const int64_t heads = m.num_heads / tp, groups = m.num_kv_heads / tp;
+    if (heads % cp != 0 || groups % cp != 0)
+      return fail("plan.cp_comm", fmt::format("a2a splits each TP rank's {} heads and {} key/value heads over "
+                                              "cp = {} ranks: cp must divide both", heads, groups, cp));
+  } else if (m.windowed_layers() > 0 && t.seq_length > m.sliding_window) {
+    return fail("plan.cp", fmt::format("cp = {} with {}'s sliding-window attention is modelled for cp_comm \"a2a\" "
+                                       "only (mist's ring and all-gather are the causal ones of full attention)",
+                                       cp, m.name));
+  }
   if (!t.flash_attention)
     return fail("plan.cp", fmt::format("cp = {} needs flash attention (training.flash_attention): the engines run "
                                        "the K/V ring inside their fused attention kernels", cp));
@@ -293,7 +311,7 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
                                     p.micro_batch_size, p.dp, p.grad_accum_steps, samples, t.global_batch_size));
   MIST_CHECK(check_tp(m, p.tp));
   MIST_CHECK(check_experts(m, p.tp * p.cp, p.dp, p.ep, p.etp));
-  MIST_CHECK(check_cp(m, t, p.cp));
+  MIST_CHECK(check_cp(m, t, p.cp, p.cp_comm, p.tp));
   if (!holds_dense_blocks(m, p.stages.front().num_layers, p.virtual_pipeline_stages))
     return fail("plan.stages[0].num_layers",
                 fmt::format("{} layers{} leave out some of {}'s {} dense blocks: mist plans them all in the first "

@@ -33,6 +33,18 @@ struct StagePlan {
 
 enum class Recompute { kNone, kSelective };  // plan-wide; per-stage full recompute is ckpt_layers
 
+// How context parallelism moves keys and values (Megatron-LM's --cp-comm-type):
+//   kRing      the engine's K/V ring, overlapped with the attention's steps (Megatron's p2p,
+//              Transformer Engine's AttnFuncWithCPAndKVP2P; torchtitan's ring attention, PyTorch's
+//              all-gather rotation: the only one torchtitan runs);
+//   kAllToAll  q, k and v moved from sequence- to head-sharded before the attention and its output
+//              back after it (Megatron's a2a, DeepSpeed-Ulysses' scheme): every rank attends over the
+//              whole sequence with a/cp heads, so sliding windows need no ring;
+//   kAllGather k and v gathered whole before the kernels and their gradients reduce-scattered after
+//              (Megatron's all_gather), neither overlapped.
+enum class CpComm { kRing, kAllToAll, kAllGather };
+const char* to_string(CpComm c);  // "ring", "a2a", "all_gather" (the plan file's spelling)
+
 // The most interleaved model chunks per stage, and pipeline stages, a plan may have.
 inline constexpr int64_t kMaxVirtual = 1024;
 inline constexpr int64_t kMaxPp = 100000;
@@ -48,6 +60,7 @@ struct Plan {
   // and attention exchanges keys and values around the CP ring. dp·tp·pp·cp = GPUs; the gradients
   // are reduced, and ZeRO shards, over the dp·cp ranks that hold the same weights (grad_dp).
   int64_t cp = 1;
+  CpComm cp_comm = CpComm::kRing;  // only with cp > 1
   bool sequence_parallel = false;
   int64_t micro_batch_size = 1;
   int64_t grad_accum_steps = 1;          // micro-batches per iteration per data-parallel rank
@@ -109,7 +122,11 @@ int64_t grad_dp(const Plan& p);
 // attention (the engines run the K/V ring inside their fused attention), and a model whose window
 // is shorter than the sequence is refused (mist's ring is the causal one); the error names plan.cp.
 // (Under sequence parallelism tp must also divide each CP rank's tokens: validate_plan.)
-Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp);
+// `comm` and `tp`: the all-to-all needs the heads (and key/value heads) of each TP rank to divide by
+// cp, and lifts the sliding-window refusal (every rank then attends over the whole sequence); the
+// error names plan.cp or plan.cp_comm.
+Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp,
+                      CpComm comm = CpComm::kRing, int64_t tp = 1);
 // Checks the training settings against the model and the GPU: the GPU supports the precision
 // (bf16 needs Ampere or later), and a learned position table has a row for every position of the
 // sequence (rotary positions have no table and no limit).

@@ -58,13 +58,16 @@ TEST(ContextParallel, LoweringSplitsTokensAndRingsTheKeys) {
   const auto& core = op_named(split->model.block, "attn.core");
   const auto& core1 = op_named(plain->model.block, "attn.core");
   EXPECT_NEAR(ev(core.fwd_flops), ev(core1.fwd_flops) / 4, 1.0);
-  EXPECT_EQ(core.fwd_ring.kind, graph::CommKind::kRingExchange);
-  EXPECT_EQ(core.fwd_ring.group, graph::CommGroup::kContext);
-  EXPECT_EQ(core1.fwd_ring.kind, graph::CommKind::kNone);
+  ASSERT_EQ(core.fwd_cp.size(), 1u);
+  ASSERT_EQ(core.bwd_cp.size(), 1u);
+  EXPECT_EQ(core.fwd_cp[0].comm.kind, graph::CommKind::kRingExchange);
+  EXPECT_EQ(core.fwd_cp[0].comm.group, graph::CommGroup::kContext);
+  EXPECT_DOUBLE_EQ(ev(core.fwd_cp[0].under), 0.75);  // the first cp − 1 of the cp steps
+  EXPECT_TRUE(core1.fwd_cp.empty());
   // Llama-3-8B: 8 key/value heads of 128, bf16; the rank holds 32768 / 4 tokens.
   const double kv_block = 2.0 * 8192 * 8 * 128 * 2;
-  EXPECT_DOUBLE_EQ(ev(core.fwd_ring.bytes), kv_block);
-  EXPECT_DOUBLE_EQ(ev(core.bwd_ring.bytes), 2 * kv_block);
+  EXPECT_DOUBLE_EQ(ev(core.fwd_cp[0].comm.bytes), kv_block);
+  EXPECT_DOUBLE_EQ(ev(core.bwd_cp[0].comm.bytes), 2 * kv_block);
   // The forward keeps every step's block (cp of them) and each step's output and log-sum-exp; the
   // backward double-buffers K/V with their gradients.
   const auto& L = split->model.block;
@@ -118,6 +121,40 @@ TEST(ContextParallel, RingHidesUnderLongAttentionOnly) {
   const auto t_dp = *time_of(LongJob{}.m, LongJob{}.c, LongJob{}.t, LongJob{}.plan(8, 1, 1, 1));
   EXPECT_GT(t_cp.iteration_time_s, 0.97 * t_dp.iteration_time_s);
   EXPECT_LT(t_cp.iteration_time_s, 1.25 * t_dp.iteration_time_s);
+}
+
+// The other exchanges (graph::CpExchange): Megatron's a2a and all_gather expose their collectives,
+// the ring hides under the kernels; torchtitan's all-gather rotation hides its gather under the
+// first step only, so over the network it exposes more than the p2p ring would.
+TEST(ContextParallel, ExchangesExposeWhatTheirEnginesDoNotOverlap) {
+  LongJob j;
+  auto job = *PreparedJob::create(j.m, j.c, j.t, {});
+  auto core = [&](const PreparedJob& pj, plan::CpComm comm, int64_t tp = 1) {
+    auto p = j.plan(1, tp, 8 / tp, 1);
+    p.cp_comm = comm;
+    return *block_op_times(pj, p, "attn.core");
+  };
+  const auto ring = core(job, plan::CpComm::kRing);
+  const auto a2a = core(job, plan::CpComm::kAllToAll);
+  const auto ag = core(job, plan::CpComm::kAllGather);
+  // The kernels are the same work on every rank.
+  EXPECT_DOUBLE_EQ(a2a.fwd, ring.fwd);
+  EXPECT_DOUBLE_EQ(ag.bwd, ring.bwd);
+  // a2a: four all-to-alls of the local q, k, v and output (each 1/cp of a 32K sequence), all exposed.
+  EXPECT_GT(a2a.fwd_cp, ring.fwd_cp);
+  EXPECT_GT(a2a.bwd_cp, 0);
+  // all_gather: the whole sequence's K/V before the kernels, again in backward with a reduce-scatter.
+  EXPECT_GT(ag.fwd_cp, ring.fwd_cp);
+  EXPECT_GT(ag.bwd_cp, ag.fwd_cp);
+  // torchtitan over the network (8 nodes of 1): its gather hides under 1/cp of the kernel, the
+  // p2p ring's exchanges under (cp − 1)/cp, so torchtitan exposes more.
+  j.c = cluster("H100-SXM5-80GB", 8, 1);
+  j.t.seq_length = 8192;
+  auto far = *PreparedJob::create(j.m, j.c, j.t, {});
+  auto tt = *PreparedJob::create(j.m, j.c, j.t, {}, {}, spec::Engine::kTorchtitan);
+  const auto far_ring = core(far, plan::CpComm::kRing);
+  const auto far_tt = core(tt, plan::CpComm::kRing);
+  EXPECT_GT(far_tt.fwd_cp, far_ring.fwd_cp);
 }
 
 // NCCL buffers: the CP ring adds its two neighbours' channels; the gradient ring spans dp·cp.

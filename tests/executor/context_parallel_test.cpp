@@ -1,6 +1,6 @@
 // Context parallelism on the executor (issue 17): one rank of the ring, the last (the one mist's
 // memory model bounds), measured byte for byte against the CP lowering's saved activations and
-// forward and backward peaks (graph/lower.cpp ring_attention_core).
+// forward and backward peaks (graph/lower.cpp cp_attention_core).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>

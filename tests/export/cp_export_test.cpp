@@ -48,6 +48,30 @@ TEST(CpExport, MegatronWritesTheRingAndReadsItBack) {
   EXPECT_FALSE(value(dense->exported->options, "--context-parallel-size").has_value());
 }
 
+// plan.cp_comm as --cp-comm-type: a2a and all_gather written and read back; torchtitan, whose only
+// exchange is PyTorch's ring, runs the ring instead and says so.
+TEST(CpExport, ExchangeTypesRoundTripThroughMegatron) {
+  const auto m = model("llama3-8b");
+  const auto c = cluster(1, 8, "H100-SXM5-80GB");
+  for (auto [comm, flag] : {std::pair{plan::CpComm::kAllToAll, "a2a"}, std::pair{plan::CpComm::kAllGather, "all_gather"}}) {
+    auto p = long_plan();
+    p.cp_comm = comm;
+    auto r = export_plan(Engine::kMegatron, {m, c, training(8, 131072), p, {}});
+    ASSERT_TRUE(r && r->exported);
+    EXPECT_EQ(value(r->exported->options, "--cp-comm-type"), flag);
+    auto back = import_megatron_flags(command(r->exported->options), m, c);
+    ASSERT_TRUE(back) << back.error().to_string();
+    EXPECT_EQ(back->plan.cp_comm, comm);
+  }
+  auto t = training(8, 131072);
+  auto p = long_plan(3);
+  p.cp_comm = plan::CpComm::kAllToAll;
+  const auto n = nearest_expressible(p, Engine::kTorchtitan, &t);
+  EXPECT_EQ(n.plan.cp_comm, plan::CpComm::kRing);
+  EXPECT_EQ(n.plan.cp, 4);
+  EXPECT_TRUE(std::any_of(n.changes.begin(), n.changes.end(), [](const auto& ch) { return ch.starts_with("plan.cp_comm"); }));
+}
+
 TEST(CpExport, MegatronImportRefusesOtherExchangesAndBadDegrees) {
   const auto m = model("llama3-8b");
   const auto c = cluster(1, 8, "H100-SXM5-80GB");
@@ -55,8 +79,8 @@ TEST(CpExport, MegatronImportRefusesOtherExchangesAndBadDegrees) {
                            " --global-batch-size 8 --seq-length 131072 --num-layers 32 --hidden-size 4096"
                            " --num-attention-heads 32 --group-query-attention --num-query-groups 8"
                            " --ffn-hidden-size 14336";
-  expect_error(import_megatron_flags(base + " --context-parallel-size 4 --cp-comm-type a2a", m, c), "--cp-comm-type",
-               "p2p ring only");
+  expect_error(import_megatron_flags(base + " --context-parallel-size 4 --cp-comm-type a2a+p2p", m, c),
+               "--cp-comm-type", "not the hierarchical a2a+p2p");
   expect_error(import_megatron_flags(base + " --context-parallel-size 3", m, c), "--context-parallel-size",
                "does not divide");
 }

@@ -49,6 +49,39 @@ TEST(CpPlan, FieldIsOptionalAndRoundTrips) {
   expect_error(plan_from_json(j, "plan"), "plan.cp", "at least 1");
 }
 
+// cp_comm: "ring" by default and then not written; "a2a" and "all_gather" round-trip; any other
+// value, or an exchange without context parallelism, is refused naming the field.
+TEST(CpPlan, ExchangeFieldRoundTripsAndNeedsCp) {
+  auto j = parse(R"({"dp": 1, "tp": 2, "pp": 1, "cp": 4, "cp_comm": "a2a", "micro_batch_size": 1,
+                     "grad_accum_steps": 8, "stages": [{"num_layers": 32}]})");
+  auto p = plan_from_json(j, "plan");
+  ASSERT_TRUE(p.has_value()) << p.error().to_string();
+  EXPECT_EQ(p->cp_comm, CpComm::kAllToAll);
+  EXPECT_EQ(plan_to_json(*p).at("cp_comm"), "a2a");
+  EXPECT_EQ(*plan_from_json(plan_to_json(*p), "plan"), *p);
+  p->cp_comm = CpComm::kRing;
+  EXPECT_FALSE(plan_to_json(*p).contains("cp_comm"));
+  j["cp_comm"] = "all_gather";
+  EXPECT_EQ(plan_from_json(j, "plan")->cp_comm, CpComm::kAllGather);
+  j["cp_comm"] = "ulysses";
+  expect_error(plan_from_json(j, "plan"), "plan.cp_comm", "ulysses");
+  j["cp_comm"] = "a2a";
+  j["cp"] = 1;
+  j["dp"] = 4;
+  expect_error(plan_from_json(j, "plan"), "plan.cp_comm", "cp is 1");
+  // Llama-3-8B has 32 heads and 8 key/value heads: tp 2 leaves 4 of them per rank, which cp 8 cannot split.
+  const auto m = *spec::catalog_model("llama3-8b");
+  auto q = cp_plan(m, 1, 1, 8);
+  q.cp_comm = CpComm::kAllToAll;
+  EXPECT_TRUE(validate_plan(q, m, h100(1), long_training(131072)).has_value());
+  q = cp_plan(m, 1, 2, 4);
+  q.cp_comm = CpComm::kAllToAll;
+  EXPECT_TRUE(validate_plan(q, m, h100(1), long_training(131072)).has_value());
+  auto big = cp_plan(m, 1, 2, 8);
+  big.cp_comm = CpComm::kAllToAll;
+  expect_error(validate_plan(big, m, h100(2), long_training(131072)), "plan.cp_comm", "4 key/value heads");
+}
+
 // The GPUs are dp·tp·pp·cp, the message says so; the expert grid spans tp·cp·dp.
 TEST(CpPlan, GpusAreDpTpPpCp) {
   const auto m = *spec::catalog_model("llama3-8b");

@@ -32,6 +32,11 @@ TEST(MoePlan, SlidingWindowNeedsFlashAttentionAndNoCp) {
   t.flash_attention = true;
   EXPECT_TRUE(validate_training(m, h100(1), t).has_value());
   expect_error(check_cp(m, t, 2), "plan.cp", "sliding-window");
+  expect_error(check_cp(m, t, 2, plan::CpComm::kAllGather), "plan.cp", "sliding-window");
+  // The all-to-all attends over the whole sequence on every rank: the window needs no ring.
+  EXPECT_TRUE(check_cp(m, t, 2, plan::CpComm::kAllToAll).has_value());
+  // It splits each TP rank's 8 key/value heads over cp.
+  expect_error(check_cp(m, t, 4, plan::CpComm::kAllToAll, 4), "plan.cp_comm", "cp must divide");
   m.sliding_window = 0;
   EXPECT_TRUE(check_cp(m, t, 2).has_value());
 }
