@@ -172,7 +172,7 @@ py::object predict(py::object model, py::object cluster, py::object training, py
 py::object tune(py::object model, py::object cluster, py::object training, py::object engine, py::object space,
                 int top, bool no_offload, py::object virtual_stages, py::object solver, double milp_time_limit,
                 bool exhaustive, bool no_rerank, py::object compare_to, py::object compare_megatron_flags,
-                bool uncalibrated, double headroom) {
+                bool job_from_flags, bool no_engines, bool uncalibrated, double headroom) {
   api::JobInputs in{.model = input(model, "model", true),
                     .cluster = input(cluster, "cluster", false),
                     .training = input(training, "training", false),
@@ -189,6 +189,8 @@ py::object tune(py::object model, py::object cluster, py::object training, py::o
   r.no_rerank = no_rerank;
   r.compare_to = string_option(compare_to, "compare_to");
   r.compare_megatron_flags = string_option(compare_megatron_flags, "compare_megatron_flags");
+  r.job_from_flags = job_from_flags;
+  r.no_engines = no_engines;
   r.calibration.uncalibrated = uncalibrated;
   r.calibration.headroom = headroom;
   std::optional<api::Failure> failure;
@@ -304,8 +306,8 @@ Raises mist.Error (a ValueError) naming the field at fault.)");
         py::arg("engine") = py::none(), py::kw_only(), py::arg("space") = "mist", py::arg("top") = 5, py::arg("no_offload") = false,
         py::arg("virtual_stages") = py::none(), py::arg("solver") = "dp", py::arg("milp_time_limit") = 10.0,
         py::arg("exhaustive") = false, py::arg("no_rerank") = false, py::arg("compare_to") = py::none(),
-        py::arg("compare_megatron_flags") = py::none(), py::arg("uncalibrated") = false,
-        py::arg("headroom") = mist::analysis::kMemoryBand,
+        py::arg("compare_megatron_flags") = py::none(), py::arg("job_from_flags") = false,
+        py::arg("no_engines") = false, py::arg("uncalibrated") = false, py::arg("headroom") = mist::analysis::kMemoryBand,
         R"(The fastest plan that fits: the dict `mist tune --json` prints ({"plan", "prediction", "alternatives", ...},
 or {"fits": False, "closest", "gpus_to_fit", ...} when no plan fits).
 
@@ -313,7 +315,8 @@ The inputs are those of predict, without a plan. The options are the command's (
 engine (only plans that engine runs, with its calibration), space (mist, megatron, deepspeed), top,
 no_offload, virtual_stages ([1, 2, 4] or "1,2,4"), solver (dp, milp), milp_time_limit, exhaustive,
 no_rerank, compare_to (Megatron-LM flags, or a DeepSpeed JSON file), compare_megatron_flags,
-uncalibrated, headroom (share of GPU memory left free).
+job_from_flags (tune the job compare_to's flags state, not the training file's), no_engines (skip each
+engine's own search), uncalibrated, headroom (share of GPU memory left free).
 Raises mist.Error naming the field or option at fault.)");
 
   m.def("gpus", &gpus, py::arg("model"), py::arg("training"), py::arg("candidates"), py::kw_only(),

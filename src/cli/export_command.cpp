@@ -4,9 +4,12 @@
 
 #include <fmt/format.h>
 
+#include "api/export_fallback.hpp"
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
+#include "cli/plan_text.hpp"
+#include "cli/report.hpp"
 #include "export/deepspeed.hpp"
 #include "export/megatron.hpp"
 #include "export/torchtitan.hpp"
@@ -25,6 +28,43 @@ struct ImportArgs {
   std::string megatron, deepspeed, megatron_flags, torchtitan;
   std::string model, cluster, training, training_out;
 };
+
+// The plan offered instead (api::export_fallback): the nearest one and whether it fits, then what is
+// printed on stdout, or that nothing the engine runs fits and by how much.
+std::string fallback_text(const api::ExportFallback& f, const char* name) {
+  std::string out;
+  const auto& near = f.nearest;
+  if (!near.changes.empty()) {
+    out += fmt::format("The nearest plan {} can run ({}):\n", name, plan_compact(near.plan));
+    for (const auto& c : near.changes) out += "  " + c + "\n";
+    if (f.nearest_fits())
+      out += "  it fits in memory, leaving the headroom tune leaves (5%)\n";
+    else if (f.nearest_prediction)
+      out += fmt::format("  it does NOT fit: {} short on its worst stage{}\n", format_bytes(f.nearest_shortfall_bytes),
+                         f.nearest_host_shortfall_bytes > 0
+                             ? fmt::format(", {} short of host memory per node", format_bytes(f.nearest_host_shortfall_bytes))
+                             : "");
+  }
+  if (f.offered) {
+    const bool nearest = f.offered_is_nearest;
+    out += fmt::format("{} (printed on stdout): {}{}\n",
+                       nearest ? fmt::format("The nearest plan is the fastest {} runs that fits", name)
+                               : fmt::format("The fastest plan {} runs that fits", name),
+                       plan_compact(*f.offered),
+                       !nearest && f.best ? fmt::format(", {} per iteration", format_seconds(f.best->iteration_time_s))
+                                          : "");
+    return out;
+  }
+  if (!f.search_refusal.empty()) return out + fmt::format("No plan {} runs: {}\n", name, f.search_refusal);
+  out += fmt::format("No plan {} runs fits in memory", name);
+  if (f.closest)
+    out += fmt::format(": the closest ({}) needs {} more GPU memory on its worst stage{}", plan_compact(f.closest->plan),
+                       format_bytes(f.closest->shortfall_bytes),
+                       f.closest->host_shortfall_bytes > 0
+                           ? fmt::format(" and {} more host memory per node", format_bytes(f.closest->host_shortfall_bytes))
+                           : "");
+  return out + "; nothing on stdout. `mist tune` says how many GPUs would give a plan that fits.\n";
+}
 
 bool write_file(const std::string& path, const std::string& text, std::string& err) {
   std::ofstream f(path);
@@ -47,11 +87,10 @@ int run_export(const ExportArgs& a, std::string& out, std::string& err) {
   if (!r->exported) {
     err += fmt::format("mist: {} cannot run this plan:\n", name);
     for (const auto& e : r->reasons) err += "  " + e.to_string() + "\n";
-    if (r->nearest) {
-      err += fmt::format("The nearest plan {} can run (printed on stdout):\n", name);
-      for (const auto& c : r->nearest->changes) err += "  " + c + "\n";
-      out = plan::plan_to_json(r->nearest->plan).dump(2) + "\n";
-    }
+    auto fallback = api::export_fallback(*job, *engine);
+    if (!fallback) return failed(err, fallback.error());
+    err += fallback_text(*fallback, name);
+    if (fallback->offered) out = plan::plan_to_json(*fallback->offered).dump(2) + "\n";
     return kExitInvalidInput;
   }
   const auto& x = *r->exported;

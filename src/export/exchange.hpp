@@ -83,4 +83,11 @@ struct ImportedJob {
 // (validate_plan) is an error, a plan the engine cannot run is a refusal (ExportResult::reasons).
 Result<ExportResult> export_plan(Engine e, const job::Job& job, const ExportOptions& o = {});
 
+// Whether export_plan exports `job`'s plan (valid for the job) to `e` rather than refusing it: the
+// engine takes the model and can express the plan with the job's training settings.
+bool runs(Engine e, const job::Job& job);
+// The engines that run `job`'s plan (runs), in all_engines() order; empty for a plan only mist's
+// space has.
+std::vector<Engine> runnable_on(const job::Job& job);
+
 }  // namespace mist::engines

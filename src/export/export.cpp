@@ -7,15 +7,35 @@
 
 namespace mist::engines {
 
+namespace {
+
+// mist plans mixtures of experts and Qwen3's attention as Megatron-Core runs them
+// (analysis::PreparedJob refuses the other stacks); another engine's options would describe a
+// different model. Empty when engine `e` takes the model.
+std::string model_refusal(Engine e, const spec::ModelSpec& m) {
+  std::string why = spec::megatron_core_only(m);
+  if (why.empty() || e == Engine::kMegatron) return {};
+  return fmt::format("model {} {}: mist exports its plans to Megatron-LM only", m.name, why);
+}
+
+}  // namespace
+
+bool runs(Engine e, const job::Job& job) {
+  return model_refusal(e, job.model).empty() && inexpressible_reasons(job.plan, e, &job.training).empty();
+}
+
+std::vector<Engine> runnable_on(const job::Job& job) {
+  std::vector<Engine> out;
+  for (Engine e : all_engines())
+    if (runs(e, job)) out.push_back(e);
+  return out;
+}
+
 Result<ExportResult> export_plan(Engine e, const job::Job& job, const ExportOptions& o) {
   const auto& [m, c, t, p, files] = job;
   (void)files;  // engines take no calibration
   MIST_CHECK(plan::validate_plan(p, m, c, t));
-  // mist plans mixtures of experts and Qwen3's attention as Megatron-Core runs them
-  // (analysis::PreparedJob refuses the other stacks); another engine's options would describe a
-  // different model.
-  if (std::string why = spec::megatron_core_only(m); !why.empty() && e != Engine::kMegatron)
-    return fail("--to", fmt::format("model {} {}: mist exports its plans to Megatron-LM only", m.name, why));
+  if (std::string why = model_refusal(e, m); !why.empty()) return fail("--to", why);
   ExportResult r;
   r.reasons = inexpressible_reasons(p, e, &t);
   if (!r.reasons.empty()) {

@@ -219,6 +219,15 @@ void describe_closest(const analysis::PreparedJob& job, Candidate& closest) {
   closest.prediction = std::move(*pred);
 }
 
+void report_progress(const TuneOptions& options, double fraction, const std::vector<Candidate>& found) {
+  Progress at{.fraction = fraction};
+  auto best = std::min_element(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    return a.search_objective_s < b.search_objective_s;
+  });
+  if (best != found.end()) at.best = &best->plan, at.best_time_s = best->search_objective_s;
+  options.progress(at);
+}
+
 // One search of every layout with `job`'s memory budget; the plans found are predicted, and judged,
 // with `judge` (the same job, perhaps with less headroom: see tune).
 Result<TuneResult> search(const analysis::PreparedJob& judge, const analysis::PreparedJob& job,
@@ -235,7 +244,7 @@ Result<TuneResult> search(const analysis::PreparedJob& judge, const analysis::Pr
     const StageCosts& costs = work[li].costs;
     const plan::Plan& layout = costs.layout();
     ++result.stats.layouts;
-    if (options.progress) options.progress(double(li) / double(work.size()));
+    if (options.progress) report_progress(options, double(li) / double(work.size()), found);
     const double cutoff = found_times.size() >= top ? found_times[top - 1] : kInf;
     if (work[li].bound > cutoff) {
       ++result.stats.layouts_pruned;
@@ -259,7 +268,7 @@ Result<TuneResult> search(const analysis::PreparedJob& judge, const analysis::Pr
       if (auto miss = near_miss(layout, least, least_shortfall)) result.closest = std::move(miss);
     }
   }
-  if (options.progress) options.progress(1.0);
+  if (options.progress) report_progress(options, 1.0, found);
 
   std::stable_sort(found.begin(), found.end(),
                    [](const Candidate& a, const Candidate& b) { return a.iteration_time_s < b.iteration_time_s; });
@@ -293,7 +302,14 @@ Result<TuneResult> tune(const analysis::PreparedJob& job, const TuneOptions& opt
   int64_t rejected_total = 0;
   for (int round = 0;; ++round) {
     std::vector<Candidate> rejected;
-    MIST_TRY(result, search(job, searched, options, rejected));
+    TuneOptions this_round = options;
+    if (options.progress)
+      this_round.progress = [&options, round](const Progress& at) {
+        Progress p = at;
+        p.round = round;
+        options.progress(p);
+      };
+    MIST_TRY(result, search(job, searched, this_round, rejected));
     rejected_total += static_cast<int64_t>(rejected.size());
     for (auto& c : result.best)
       if (std::none_of(kept.begin(), kept.end(), [&](const Candidate& k) { return k.plan == c.plan; }))

@@ -29,6 +29,16 @@ enum class InterStageSolver {
   kMilp,  // Mist's MILP on CBC, with a time limit per layout
 };
 
+// How far a search has got, for a progress display.
+struct Progress {
+  double fraction = 0;               // layouts visited, of all the layouts (1 at the end)
+  const plan::Plan* best = nullptr;  // the fastest plan found so far (valid during the call), or null
+  double best_time_s = 0;            // its iteration time as the search computed it
+  // 0, then 1, 2 when the allocator's replay rejected plans and the search runs again with more
+  // memory left free (tune): each round goes from fraction 0 to 1.
+  int round = 0;
+};
+
 struct TuneOptions {
   SearchSpace space;
   bool exhaustive = false;     // the oracle: no frontier sampling, every combination (small jobs)
@@ -41,7 +51,7 @@ struct TuneOptions {
   bool rerank_by_simulation = true;  // order the top plans by the event simulation's iteration time
   int top = 5;                 // plans to return
   double max_combinations = 5e7;  // refuse an exhaustive search visiting more nodes than this
-  std::function<void(double fraction)> progress;  // called as layouts complete (may be empty)
+  std::function<void(const Progress&)> progress;  // called as layouts complete (may be empty)
 };
 
 struct Candidate {

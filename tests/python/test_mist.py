@@ -156,6 +156,15 @@ class Tune(unittest.TestCase):
         self.assertEqual(got["space"], "megatron")
         self.assertLessEqual(len(got["alternatives"]), 1)
 
+    def test_engines_and_compare_options_are_the_commands(self):
+        flags = "--micro-batch-size 1 --global-batch-size 32"
+        cli, _ = run_mist("tune", "--model", MODEL, "--cluster", CLUSTER, "--training", TRAINING, "--json",
+                          "--no-engines", "--compare-to", flags, "--job-from-flags")
+        got = mist.tune(MODEL, CLUSTER, TRAINING, no_engines=True, compare_to=flags, job_from_flags=True)
+        self.assertEqual(got, cli)
+        self.assertNotIn("engines", got)
+        self.assertEqual(got["compare_to"]["job_from"], "flags")
+
     def test_no_fit_is_a_result(self):
         # GPT-3 13B on 2 A100s fits in no plan: the dict the command prints with exit 3.
         args = ["--model", "gpt3-13b", "--cluster", CLUSTER, "--training", TRAINING, "--no-offload"]

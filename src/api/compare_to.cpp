@@ -1,0 +1,62 @@
+#include "api/compare_to.hpp"
+
+#include <fmt/format.h>
+
+#include "export/deepspeed.hpp"
+#include "export/megatron.hpp"
+
+namespace mist::api {
+
+namespace {
+
+std::vector<JobDifference> differences(const engines::TrainingOverrides& o, const spec::TrainingSpec& file) {
+  std::vector<JobDifference> out;
+  auto differ = [&](const char* field, const auto& flags, const auto& ours) {
+    if (flags != ours) out.push_back({field, fmt::format("{}", flags), fmt::format("{}", ours)});
+  };
+  if (o.global_batch_size) differ("global_batch_size", *o.global_batch_size, file.global_batch_size);
+  if (o.seq_length) differ("seq_length", *o.seq_length, file.seq_length);
+  spec::TrainingSpec stated = file;
+  if (o.precision) stated.precision = *o.precision;
+  if (o.fp8) stated.fp8 = *o.fp8;
+  differ("precision", spec::precision_name(stated), spec::precision_name(file));
+  if (o.optimizer) differ("optimizer", std::string(spec::to_string(*o.optimizer)), std::string(spec::to_string(file.optimizer)));
+  if (o.dropout) differ("dropout", *o.dropout, file.dropout);
+  if (o.compile) differ("compile", *o.compile, file.compile);
+  return out;
+}
+
+}  // namespace
+
+Result<CurrentImport> import_current(const std::string& compare_to, const std::string& megatron_flags,
+                                     bool job_from_flags, const job::Job& job) {
+  CurrentImport c;
+  if (compare_to.ends_with(".json")) {
+    MIST_TRY(c.imported, engines::import_deepspeed_file(compare_to, megatron_flags, job.model, job.cluster));
+  } else {
+    if (!megatron_flags.empty())
+      return fail("--compare-megatron-flags", "goes with a DeepSpeed JSON file in --compare-to");
+    MIST_TRY(c.imported, engines::import_megatron_flags(compare_to, job.model, job.cluster));
+  }
+  c.differences = differences(c.imported.training, job.training);
+  c.job_from_flags = job_from_flags;
+  c.training = job_from_flags ? c.imported.training.applied_to(job.training) : job.training;
+  auto& p = c.imported.plan;
+  const int64_t per_step = p.micro_batch_size * p.dp;
+  if (per_step * p.grad_accum_steps != c.training.global_batch_size) {
+    if (c.training.global_batch_size % per_step != 0)
+      return fail("--compare-to",
+                  fmt::format("its micro-batch × data-parallel size {}·{} = {} does not divide the training file's "
+                              "global batch {}; give --job-from-flags to tune the flags' job (global batch {})",
+                              p.micro_batch_size, p.dp, per_step, c.training.global_batch_size,
+                              per_step * p.grad_accum_steps));
+    const int64_t g = c.training.global_batch_size / per_step;
+    c.imported.notes.push_back(fmt::format("gradient accumulation {} -> {}, for the training file's global batch {}",
+                                           p.grad_accum_steps, g, c.training.global_batch_size));
+    p.grad_accum_steps = g;
+  }
+  MIST_CHECK(plan::validate_plan(p, job.model, job.cluster, c.training));
+  return c;
+}
+
+}  // namespace mist::api
