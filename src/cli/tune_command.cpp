@@ -10,7 +10,9 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
+#include "cli/html_report.hpp"
 #include "cli/report.hpp"
+#include "analysis/pipeline_job.hpp"
 
 namespace mist::cli {
 
@@ -20,6 +22,7 @@ struct TuneArgs {
   JobArgs job;
   api::TuneRequest request;  // the options below but --out and --json
   std::string out_file;
+  std::string html;  // --html: the report, written here
   bool json = false;
 };
 
@@ -86,6 +89,15 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
       return kExitInvalidInput;
     }
   }
+  if (!a.html.empty()) {
+    const auto pj = analysis::pipeline_job(pred->plan, pred->time, pred->memory);
+    auto sim = sim::simulate(pj);
+    if (!sim) {
+      err = "mist: internal error: simulation failed: " + sim.error().to_string() + "\n";
+      return kExitInternal;
+    }
+    if (int code = write_html(a.html, tune_report(*run, pj, *sim), err)) return code;
+  }
   if (a.json) {
     out = api::tune_json(*run).dump(2) + "\n";
     return kExitOk;
@@ -151,6 +163,9 @@ std::vector<Command> add_tune_command(CLI::App& app) {
   t->add_flag("--exhaustive", a->request.exhaustive, "enumerate every plan without decomposition (small jobs; the oracle)");
   t->add_option("--top", a->request.top, "plans to list")->check(CLI::Range(1, api::kMaxTop))->capture_default_str();
   t->add_option("--out", a->out_file, "write the best plan (plan JSON) to this file");
+  t->add_option("--html", a->html,
+                "write a report to this file: the chosen plan's memory and timeline, the candidates searched "
+                "(time against memory, the frontier)");
   t->add_flag("--json", a->json, "print {plan, prediction, alternatives, stats} as JSON");
   return {{t, [a](std::string& out, std::string& err) { return tune(*a, out, err); }}};
 }
