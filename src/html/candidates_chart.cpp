@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "core/units.hpp"
 #include "html/pareto.hpp"
 
@@ -32,7 +34,7 @@ Scatter candidates_scatter(const CandidatesChart& c) {
   if (c.capacity_bytes > 0)
     s.markers.push_back(Marker{.x = c.capacity_bytes / units::kGiB,
                                .css = "capacity",
-                               .label = "capacity",
+                               .label = fmt::format("capacity {:.0f} GiB", c.capacity_bytes / units::kGiB),
                                .band_from = c.usable_bytes / units::kGiB});
   return s;
 }

@@ -72,8 +72,9 @@ std::string memory_svg(const MemoryChart& c) {
                        "<title>headroom: {} GiB left free below the capacity</title></rect>\n",
                        num(f.x0()), num(pc), num(f.x1() - f.x0()), num(pu - pc), capacity - usable, gib(capacity - usable));
     out += fmt::format("<line class=\"capacity\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" data-bytes=\"{3:.0f}\"/>"
-                       "<text class=\"capacity-label\" x=\"{2}\" y=\"{4}\">capacity {5} GiB, usable {6} GiB</text>\n",
-                       num(f.x0()), num(pc), num(f.x1() - 4), capacity, num(pc - 5), gib(capacity), gib(usable));
+                       "<text class=\"capacity-label\" x=\"{2}\" y=\"{4}\">capacity {5} GiB{6}</text>\n",
+                       num(f.x0()), num(pc), num(f.x1() - 4), capacity, num(pc - 5), gib(capacity),
+                       capacity > usable ? ", usable " + gib(usable) + " GiB" : "");
   }
   const double n = static_cast<double>(std::max<size_t>(1, c.stages.size()));
   const double slot = (f.x1() - f.x0()) / n, w = std::min(90.0, slot * 0.6);

@@ -31,8 +31,8 @@ svg text { font-family: inherit; font-size: 12px; fill: #333; }
 .seg-0 { fill: #4e79a7; } .seg-1 { fill: #f28e2b; } .seg-2 { fill: #e15759; } .seg-3 { fill: #59a14f; }
 .seg-4 { fill: #9c755f; } .seg-5 { fill: #bab0ac; }
 .stage.over .bar { stroke: #d62728; stroke-width: 2; }
-.headroom, .band.capacity { fill: #d62728; fill-opacity: 0.12; }
-.capacity, .marker.capacity { stroke: #d62728; stroke-width: 2; stroke-dasharray: 6 4; }
+.headroom { fill: #d62728; fill-opacity: 0.12; stroke: none; }
+line.capacity, .marker.capacity { stroke: #d62728; stroke-width: 2; stroke-dasharray: 6 4; }
 .capacity-label, .marker-label { fill: #d62728; }
 .forward { fill: #4e79a7; } .backward { fill: #f28e2b; } .comm { fill: #9c9c9c; } .copy { fill: #59a14f; }
 .point, .point-swatch { fill: #4e79a7; fill-opacity: 0.45; }

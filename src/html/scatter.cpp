@@ -49,7 +49,7 @@ std::string scatter_svg(const Scatter& s) {
   out += legend(f, entries);
   for (const auto& m : s.markers) {
     if (m.band_from)
-      out += fmt::format("<rect class=\"band {}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", m.css,
+      out += fmt::format("<rect class=\"band headroom\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n",
                          num(x(*m.band_from)), num(f.y1()), num(std::max(0.0, x(m.x) - x(*m.band_from))),
                          num(f.y0() - f.y1()));
     out += fmt::format("<line class=\"marker {0}\" x1=\"{1}\" y1=\"{2}\" x2=\"{1}\" y2=\"{3}\"/>"

@@ -17,7 +17,8 @@ struct ScatterPoint {
   bool labelled = false;
 };
 
-// A vertical line at x (class `css`), with a shaded band from `band_from` to x when it is set.
+// A vertical line at x (class `css`), with a shaded band (class "headroom") from `band_from` to x
+// when it is set.
 struct Marker {
   double x = 0;
   std::string css, label;

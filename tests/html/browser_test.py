@@ -230,10 +230,11 @@ EXPECTED = {
 CHART_FILLS = {
     "memory": ["#4e79a7", "#f28e2b", "#e15759", "#59a14f"],
     "timeline": ["#4e79a7", "#f28e2b"],
+    "timeline-start": ["#4e79a7", "#f28e2b"],
     "candidates": ["#e15759", "#f1ce63"],
     "gpus": ["#e15759"],
 }
-CHARTS = {"predict": ["memory", "timeline"], "tune": ["candidates"], "gpus": ["gpus"]}
+CHARTS = {"predict": ["memory", "timeline", "timeline-start"], "tune": ["candidates"], "gpus": ["gpus"]}
 
 
 def main():
