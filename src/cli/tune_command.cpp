@@ -77,6 +77,7 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
                  : fmt::format("; not even on {} GPUs", 16 * run->job.cluster.nodes * per_node);
     if (a.json) out = api::tune_json(*run).dump(2) + "\n";
     err = "mist: " + what + ". Add GPUs, use GPUs with more memory, or shorten the sequence.\n";
+    if (!a.html.empty()) err += "mist: note: no report written to " + a.html + ": it draws a plan that fits\n";
     return kExitNoFit;
   }
   const Job best = run->best_job();

@@ -1,6 +1,7 @@
 #include "html/memory_chart.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -78,8 +79,11 @@ std::string memory_svg(const MemoryChart& c) {
   }
   const double n = static_cast<double>(std::max<size_t>(1, c.stages.size()));
   const double slot = (f.x1() - f.x0()) / n, w = std::min(90.0, slot * 0.6);
-  for (size_t i = 0; i < c.stages.size(); ++i)
-    out += stage_bar(c.stages[i], f.x0() + slot * (static_cast<double>(i) + 0.5), w, y, f.y0() + 16);
+  for (size_t i = 0; i < c.stages.size(); ++i) {
+    StageMemoryBar s = c.stages[i];
+    if (slot < 60) s.label = std::to_string(i);  // "stage 12" would run into its neighbours
+    out += stage_bar(s, f.x0() + slot * (static_cast<double>(i) + 0.5), w, y, f.y0() + 16);
+  }
   return out + "</svg>\n";
 }
 

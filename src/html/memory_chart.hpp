@@ -13,7 +13,7 @@ struct MemorySegment {
 };
 
 struct StageMemoryBar {
-  std::string label;                   // "stage 0"
+  std::string label;                   // "stage 0" (its index alone under a narrow bar)
   std::vector<MemorySegment> segments;  // stacked bottom-up; they add up to the stage's peak
   double capacity_bytes = 0;           // the GPU's memory
   double usable_bytes = 0;             // the capacity less the headroom: what a fit is judged on

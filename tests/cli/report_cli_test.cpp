@@ -90,6 +90,19 @@ TEST(ReportCli, GpusDrawsTheCellsWithTheirParetoSet) {
   EXPECT_NE(page.find("H100-SXM5-80GB × 2"), std::string::npos);
 }
 
+// A report draws a plan; when nothing fits, tune exits 3 as without --html and says it wrote none.
+TEST(ReportCli, TuneWithoutAFitWritesNoReportAndSaysSo) {
+  const fs::path dir = testing::scratch_dir("report-cli");
+  const fs::path file = dir / "nofit.html", cluster = dir / "l4.json";
+  fs::remove(file);
+  std::ofstream(cluster) << R"({"gpu": "L4-24GB", "nodes": 1, "gpus_per_node": 1})";
+  const auto o = mist({"tune", "--model", "gpt3-13b", "--cluster", cluster.string(), "--training",
+                       kExamples + "training_gpt.json", "--no-offload", "--html", file.string()});
+  EXPECT_EQ(o.code, kExitNoFit) << o.err;
+  EXPECT_NE(o.err.find("mist: note: no report written to " + file.string()), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(file));
+}
+
 TEST(ReportCli, AnUnwritablePathExitsTwoNamingTheOptionAndTheReason) {
   const std::string bad = "/nonexistent-dir-of-mist/report.html";
   for (const auto& args : {with(job("predict"), {"--html", bad}), with(job("simulate"), {"--html", bad}),
