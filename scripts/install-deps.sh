@@ -12,6 +12,9 @@ packages+=(python3 python3-dev python3-pybind11)
 # clang-16 with its libFuzzer and sanitizer runtimes: the fuzz pass of scripts/test.sh
 # (docs/hardening.md); Debian 12's default clang (14) cannot compile libstdc++ 12's <expected>.
 packages+=(clang-16 libclang-rt-16-dev)
+# chromium: the HTML report's browser test (ctest Html.Browser, docs/report.md) loads the reports
+# headless; without it that test is skipped with a message.
+packages+=(chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,6 +12,7 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
+#include "cli/html_report.hpp"
 #include "cli/report.hpp"
 
 namespace mist::cli {
@@ -22,6 +23,7 @@ struct GpusArgs {
   std::string model, training;
   api::GpusRequest request;  // the options below but --gpus-per-node and --json
   int64_t gpus_per_node = 0;  // 0: the catalog's node size per GPU type
+  std::string html;           // --html: the report, written here
   bool json = false;
 };
 
@@ -106,6 +108,8 @@ int gpus(const GpusArgs& a, std::string& out, std::string& err) {
     };
   auto cmp = api::gpus(*model, *training, request);
   if (!cmp) return failed(err, cmp.error());
+  if (!a.html.empty())
+    if (int code = write_html(a.html, gpus_report(*model, *training, request, *cmp), err)) return code;
   out = a.json ? api::gpus_json(*model, request, *cmp).dump(2) + "\n" : text_table(*cmp, request);
   if (cmp->smallest_fitting.empty()) {
     err = "mist: the job fits none of the GPU types and counts tried; try more GPUs or GPUs with more memory.\n";
@@ -145,6 +149,7 @@ std::vector<Command> add_gpus_command(CLI::App& app) {
                 "measured op times (docs/profile.md); other GPU types' rows are scaled Habitat-style");
   g->add_option("--threads", a->request.threads, "cells tuned at once")->check(CLI::Range(1, api::kMaxThreads))->capture_default_str();
   g->add_flag("--fast", a->request.fast, "coarser offload grid {0, 0.5, 1} (mist space): faster, may miss a little");
+  g->add_option("--html", a->html, "write a report to this file: time to train against cost, the Pareto set");
   g->add_flag("--json", a->json, "print {rows: [...], smallest_fitting} as JSON");
   return {{g, [a](std::string& out, std::string& err) { return gpus(*a, out, err); }}};
 }

@@ -6,6 +6,7 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
+#include "cli/html_report.hpp"
 #include "analysis/pipeline_job.hpp"
 #include "export/megatron.hpp"
 #include "profile/op_source.hpp"
@@ -20,6 +21,7 @@ struct PredictArgs {
   JobArgs job;
   CalibrationArgs calibration;
   std::string from_megatron;  // Megatron-LM flags instead of a plan file
+  std::string html;  // --html: the report, written here
   bool json = false;
   bool simulate = false;
 };
@@ -48,15 +50,18 @@ int predict(const PredictArgs& a, bool explain, std::string& out, std::string& e
   if (!job) return invalid_input(err, job.error());
   auto pred = api::predict(*job, a.calibration);
   if (!pred) return invalid_input(err, pred.error());
-  // --simulate: the event simulation's iteration time replaces the closed form's.
+  // --simulate: the event simulation's iteration time replaces the closed form's. The report draws it.
   std::optional<sim::SimResult> simulated;
-  if (a.simulate) {
-    auto r = sim::simulate(analysis::pipeline_job(pred->plan, pred->time, pred->memory));
+  const auto pj = analysis::pipeline_job(pred->plan, pred->time, pred->memory);
+  if (a.simulate || !a.html.empty()) {
+    auto r = sim::simulate(pj);
     if (!r) {
       err = "mist: internal error: simulation failed: " + r.error().to_string() + "\n";
       return kExitInternal;
     }
-    simulated = std::move(*r);
+    if (!a.html.empty())
+      if (int code = write_html(a.html, prediction_report("predict", *job, *pred, pj, *r), err)) return code;
+    if (a.simulate) simulated = std::move(*r);
   }
   if (a.json) {
     Json j = prediction_json(*job, *pred);
@@ -96,6 +101,8 @@ std::vector<Command> add_predict_commands(CLI::App& app) {
   p->add_flag("--json", pa->json, "print one JSON object instead of a table");
   p->add_flag("--simulate", pa->simulate,
               "take the iteration time from the event simulation of the pipeline instead of the closed form");
+  p->add_option("--html", pa->html,
+                "write a report to this file: memory per stage against capacity, the simulated pipeline timeline");
   auto* e = app.add_subcommand("explain", "show every memory and time term of every stage: formula and value");
   add_job_options(e, ea->job, /*with_plan=*/false);
   e->add_option("--plan", ea->job.plan, "plan JSON file");

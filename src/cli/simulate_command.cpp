@@ -8,6 +8,7 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/job.hpp"
+#include "cli/html_report.hpp"
 #include "analysis/pipeline_job.hpp"
 #include "cli/report.hpp"
 #include "job/prepare.hpp"
@@ -21,6 +22,7 @@ struct SimulateArgs {
   JobArgs job;
   CalibrationArgs calibration;
   std::string trace;
+  std::string html;  // --html: the report, written here
   bool json = false;
 };
 
@@ -102,6 +104,8 @@ int simulate(const SimulateArgs& a, std::string& out, std::string& err) {
       return kExitInvalidInput;
     }
   }
+  if (!a.html.empty())
+    if (int code = write_html(a.html, prediction_report("simulate", *job, *pred, pj, *r), err)) return code;
   if (a.json) {
     out = result_json(*job, pj, *r, pred->time, pred->memory, a.trace).dump(2) + "\n";
   } else {
@@ -120,6 +124,8 @@ std::vector<Command> add_simulate_command(CLI::App& app) {
   auto* s = app.add_subcommand("simulate", "simulate one iteration of a plan event by event (1F1B / interleaved)");
   add_job_options(s, a->job);
   s->add_option("--trace", a->trace, "write a Chrome trace (Perfetto-loadable JSON) of the iteration to this file");
+  s->add_option("--html", a->html,
+                "write a report to this file: memory per stage against capacity, the pipeline timeline");
   add_calibration_options(s, a->calibration);
   s->add_flag("--json", a->json, "print one JSON object instead of a table");
   return {{s, [a](std::string& out, std::string& err) { return simulate(*a, out, err); }}};

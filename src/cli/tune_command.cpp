@@ -12,6 +12,8 @@
 #include "cli/job.hpp"
 #include "cli/tune_progress.hpp"
 #include "cli/tune_report.hpp"
+#include "cli/html_report.hpp"
+#include "analysis/pipeline_job.hpp"
 
 namespace mist::cli {
 
@@ -21,6 +23,7 @@ struct TuneArgs {
   JobArgs job;
   api::TuneRequest request;  // the options below but --out, --json and --progress
   std::string out_file;
+  std::string html;  // --html: the report, written here
   bool json = false;
   bool progress = false;  // --progress: also when stderr is not a terminal
 };
@@ -38,6 +41,7 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
   if (!run->fits()) {
     if (a.json) out = api::tune_json(*run).dump(2) + "\n";
     err = "mist: " + no_fit_text(*run) + "\n";
+    if (!a.html.empty()) err += "mist: note: no report written to " + a.html + ": it draws a plan that fits\n";
     return kExitNoFit;
   }
   if (!a.out_file.empty()) {
@@ -47,6 +51,16 @@ int tune(const TuneArgs& a, std::string& out, std::string& err) {
       err = "mist: cannot write --out " + a.out_file + "\n";
       return kExitInvalidInput;
     }
+  }
+  if (!a.html.empty()) {
+    const auto* pred = &run->result.best.front().prediction;  // what `mist predict` says of it
+    const auto pj = analysis::pipeline_job(pred->plan, pred->time, pred->memory);
+    auto sim = sim::simulate(pj);
+    if (!sim) {
+      err = "mist: internal error: simulation failed: " + sim.error().to_string() + "\n";
+      return kExitInternal;
+    }
+    if (int code = write_html(a.html, tune_report(*run, pj, *sim), err)) return code;
   }
   out = a.json ? api::tune_json(*run).dump(2) + "\n" : tune_text(*run);
   return kExitOk;
@@ -87,6 +101,9 @@ std::vector<Command> add_tune_command(CLI::App& app) {
   t->add_flag("--exhaustive", a->request.exhaustive, "enumerate every plan without decomposition (small jobs; the oracle)");
   t->add_option("--top", a->request.top, "plans to list")->check(CLI::Range(1, api::kMaxTop))->capture_default_str();
   t->add_option("--out", a->out_file, "write the best plan (plan JSON) to this file");
+  t->add_option("--html", a->html,
+                "write a report to this file: the chosen plan's memory and timeline, the candidates searched "
+                "(time against memory, the frontier)");
   t->add_flag("--json", a->json, "print {plan, prediction, alternatives, engines, stats} as JSON");
   t->add_flag("--progress", a->progress, "show the search's progress on stderr even when it is not a terminal");
   return {{t, [a](std::string& out, std::string& err) { return tune(*a, out, err); }}};

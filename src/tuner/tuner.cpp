@@ -49,11 +49,20 @@ plan::Plan with_stages(plan::Plan layout, const std::vector<Point>& pts) {
   return layout;
 }
 
-Candidate searched(plan::Plan p, double objective) {
+// `peak`: the worst stage's peak as the search estimates it (predict_best replaces it by the
+// prediction's).
+Candidate searched(plan::Plan p, double objective, double peak = 0) {
   Candidate c;
   c.plan = std::move(p);
   c.iteration_time_s = c.search_objective_s = objective;
+  c.peak_memory_bytes = peak;
   return c;
+}
+
+double worst_peak(const std::vector<Point>& pts) {
+  double worst = 0;
+  for (const auto& p : pts) worst = std::max(worst, p.peak);
+  return worst;
 }
 
 // What no plan can change (e.g. fp16 on an engine without it) ends the search before it starts.
@@ -138,9 +147,9 @@ Result<std::optional<StageChoice>> search_layout(const StageCosts& costs, const 
 // cannot run any plan close to it within memory. When the engine keeps the layout (only stage
 // settings change), the layout's own cost model prices it; otherwise analysis::predict.
 std::optional<Candidate> engine_plan(const analysis::PreparedJob& job, engines::Engine e, const StageCosts& costs,
-                                     const plan::Plan& p, double objective, TuneStats& stats) {
+                                     const plan::Plan& p, double objective, double peak, TuneStats& stats) {
   const auto& t = job.training();
-  if (engines::expressible(p, e, nullptr, &t)) return searched(p, objective);
+  if (engines::expressible(p, e, nullptr, &t)) return searched(p, objective, peak);
   plan::Plan near = engines::nearest_expressible(p, e, &t).plan;
   if (!engines::expressible(near, e, nullptr, &t) || !plan::validate_plan(near, job.model(), job.cluster(), t))
     return std::nullopt;
@@ -154,12 +163,14 @@ std::optional<Candidate> engine_plan(const analysis::PreparedJob& job, engines::
       if (f.empty()) return std::nullopt;
       pts.push_back(f.front());
     }
-    return searched(near, uniform_objective(pts, near));
+    return searched(near, uniform_objective(pts, near), worst_peak(pts));
   }
   auto pred = analysis::predict(job, near);
   if (!pred || !pred->memory.fits || pred->memory.host_bytes_per_node > pred->memory.host_capacity_bytes)
     return std::nullopt;
-  return searched(near, pred->time.iteration_time_s);
+  double worst = 0;
+  for (const auto& s : pred->memory.stages) worst = std::max(worst, s.estimated_peak_bytes);
+  return searched(near, pred->time.iteration_time_s, worst);
 }
 
 // The most memory-frugal plan of a layout where nothing fits, when it beats `least_shortfall`.
@@ -190,6 +201,7 @@ Result<void> predict_best(const analysis::PreparedJob& job, const TuneOptions& o
     if (best.size() >= top || rejected.size() >= kMaxRejected) break;
     MIST_TRY(cand.prediction, analysis::predict(job, cand.plan));
     cand.iteration_time_s = cand.prediction.time.iteration_time_s;
+    cand.peak_memory_bytes = 0;  // the search's estimate, replaced by the prediction's
     for (const auto& s : cand.prediction.memory.stages)
       cand.peak_memory_bytes = std::max(cand.peak_memory_bytes, s.peak_bytes);
     (cand.prediction.memory.fits ? best : rejected).push_back(std::move(cand));
@@ -254,13 +266,17 @@ Result<TuneResult> search(const analysis::PreparedJob& judge, const analysis::Pr
     MIST_TRY(auto best, search_layout(costs, job, options, cutoff, result.stats, least));
     std::optional<Candidate> cand;
     if (best) {
-      cand = searched(with_stages(layout, best->stages), best->objective);
-      if (options.engine) cand = engine_plan(job, *options.engine, costs, cand->plan, best->objective, result.stats);
+      cand = searched(with_stages(layout, best->stages), best->objective, worst_peak(best->stages));
+      if (options.engine)
+        cand = engine_plan(job, *options.engine, costs, cand->plan, best->objective, cand->peak_memory_bytes,
+                           result.stats);
     }
     // Two layouts can lead to the same engine plan (e.g. torchtitan runs selective recompute as
     // none): the list keeps it once.
     const bool seen = cand && std::any_of(found.begin(), found.end(), [&](const Candidate& f) { return f.plan == cand->plan; });
     if (cand && !seen) {
+      if (result.explored.size() < kMaxExplored)
+        result.explored.push_back(Explored{cand->plan, cand->search_objective_s, cand->peak_memory_bytes});
       found_times.insert(std::upper_bound(found_times.begin(), found_times.end(), cand->search_objective_s),
                          cand->search_objective_s);
       found.push_back(std::move(*cand));

@@ -84,8 +84,23 @@ struct TuneStats {
   double seconds = 0;
 };
 
+// A plan the search completed, by the search's own figures: the best plan of one layout (after the
+// engine's adjustment), its closed-form iteration time and the worst stage's peak as the memory
+// model's allocator estimate (what the search judges fit on; the returned plans' predictions replay
+// the allocator, analysis/reserved_memory.hpp). Recording it costs one plan copy per layout searched.
+struct Explored {
+  plan::Plan plan;
+  double iteration_time_s = 0;
+  double peak_memory_bytes = 0;
+};
+inline constexpr size_t kMaxExplored = 4096;  // the first layouts searched, fastest bounds first
+
 struct TuneResult {
   std::vector<Candidate> best;          // fitting plans, fastest first (by simulation when re-ranked)
+  // One entry per layout the last search round completed with a fitting plan, in the order
+  // searched; layouts skipped by their lower bound, or whose best could not beat the plans found
+  // so far, have none. At most kMaxExplored.
+  std::vector<Explored> explored;
   std::optional<Candidate> closest;     // when nothing fits: the plan that misses by the least
   TuneStats stats;
 };
