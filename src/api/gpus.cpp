@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "advisor/prices.hpp"
+#include "api/inputs.hpp"
 
 namespace mist::api {
 
@@ -89,8 +90,12 @@ Outcome<advisor::AdvisorOptions> gpus_options(const GpusRequest& r) {
                                    Failure::Kind::kInternal));
   o.prices = *defaults;
   if (!r.prices.empty()) {
-    MIST_TRY(auto user, advisor::load_prices(r.prices));
-    o.prices = advisor::merge_prices(o.prices, user);
+    auto user = advisor::load_prices(r.prices);
+    if (!user) {
+      name_the_option(user.error(), Input{r.prices, {}, "--prices"});
+      return std::unexpected(user.error());
+    }
+    o.prices = advisor::merge_prices(o.prices, *user);
   }
   return o;
 }

@@ -90,9 +90,9 @@ std::string text_table(const advisor::Comparison& cmp, const api::GpusRequest& a
 }
 
 int gpus(const GpusArgs& a, std::string& out, std::string& err) {
-  auto model = api::load_model({a.model, {}});
+  auto model = api::load_model({a.model, {}, "--model"});
   if (!model) return invalid_input(err, model.error());
-  auto training = api::load_training({a.training, {}});
+  auto training = api::load_training({a.training, {}, "--training"});
   if (!training) return invalid_input(err, training.error());
   api::GpusRequest request = a.request;
   if (a.gpus_per_node != 0) request.gpus_per_node = a.gpus_per_node;

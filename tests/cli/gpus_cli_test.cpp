@@ -109,6 +109,25 @@ TEST(GpusCli, BadInputExitsTwoNamingTheField) {
     EXPECT_NE(o.err.find(says), std::string::npos) << o.err;
   };
   expect_invalid({"--candidates", "H100-SXM"}, "H100-SXM5-80GB");  // close names listed
+  // A name that is part of catalog names suggests those (issue 18: "H100" suggested L4, A10G, L40S).
+  expect_invalid({"--candidates", "H100"}, "(closest: H100-SXM5-80GB, H100-SXM5-96GB, H100-PCIe-80GB;");
+  expect_invalid({"--candidates", "a100-80gb"}, "(closest: A100-SXM4-80GB,");
+  // A folder given as a file: the option and the cause, not "malformed JSON ... end of input".
+  const std::string folder = testing::scratch_dir("gpus-cli-folder").string();
+  for (const char* option : {"--training", "--prices"}) {
+    std::vector<std::string> args = {"gpus", "--model", "gpt3-1.3b", "--training", small_training(),
+                                     "--candidates", "L4-24GB", "--space", "deepspeed"};
+    if (std::string(option) == "--training") args[4] = folder;
+    else args.insert(args.end(), {"--prices", folder});
+    auto o = mist(args);
+    EXPECT_EQ(o.code, kExitInvalidInput) << o.out;
+    EXPECT_NE(o.err.find(std::string(option) + ": " + folder + ": is a directory"), std::string::npos) << o.err;
+  }
+  // A batch beyond 64-bit integers is out of range, named as written.
+  auto huge = temp_file("huge.json", R"({"global_batch_size": 18446744073709551617, "seq_length": 1024})");
+  auto o = mist({"gpus", "--model", "gpt3-1.3b", "--training", huge, "--candidates", "L4-24GB"});
+  EXPECT_EQ(o.code, kExitInvalidInput) << o.out;
+  EXPECT_NE(o.err.find("training.global_batch_size: out of range"), std::string::npos) << o.err;
   expect_invalid({"--candidates", ","}, "--candidates");
   expect_invalid({"--candidates", "L4-24GB", "--gpus", "0"}, "--gpus");
   expect_invalid({"--candidates", "L4-24GB", "--gpus", "-8"}, "--gpus");
