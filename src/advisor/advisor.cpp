@@ -28,6 +28,8 @@ Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec:
   row.nodes = c.nodes;
   row.gpus_per_node = c.gpus_per_node;
   row.price = find_price(o.prices, c.gpu.name);
+  if (c.nodes > 1 && c.gpu.link_bw == 0)
+    row.pcie_only = PcieOnlyNetwork{spec::pcie_x16_bw(c.gpu.pcie_gen), c.inter_node_bw, 0};
   tuner::TuneOptions to;
   to.space = o.space;
   to.engine = o.engine;
@@ -67,6 +69,7 @@ Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec:
   row.mfu = time.mfu;
   row.peak_memory_bytes = best.peak_memory_bytes;
   row.time_to_train_s = o.tokens / row.tokens_per_s;
+  if (row.pcie_only) row.pcie_only->exposed_share = time.exposed_delta_s / time.iteration_time_s;
   if (row.price) row.cost = costs(row.tokens_per_s, o.tokens, row.num_gpus, row.price->usd_per_gpu_hour);
   row.tune_seconds = seconds();
   return row;

@@ -37,8 +37,17 @@ Json row_json(const advisor::Row& r) {
   j["total_cost"] = costed ? Json(r.cost.usd_total) : Json(nullptr);
   j["price"] = r.price ? Json{{"usd_per_gpu_hour", r.price->usd_per_gpu_hour},
                               {"date", r.price->date},
-                              {"source", r.price->source}}
+                              {"source", r.price->source},
+                              {"instance", r.price->instance.empty() ? Json(nullptr) : Json(r.price->instance)},
+                              {"gpus_per_instance", r.price->gpus_per_instance > 0 ? Json(r.price->gpus_per_instance)
+                                                                                   : Json(nullptr)}}
                        : Json(nullptr);
+  // Several nodes of a GPU without NVLink: what the network does (docs/gpus.md); null otherwise.
+  j["pcie_only_network"] =
+      r.pcie_only ? Json{{"pcie_GBps_per_gpu", r.pcie_only->pcie_bytes_per_s / 1e9},
+                         {"inter_node_GBps_per_gpu", r.pcie_only->inter_node_bytes_per_s / 1e9},
+                         {"exposed_tail_share", r.feasible ? Json(r.pcie_only->exposed_share) : Json(nullptr)}}
+                  : Json(nullptr);
   return j;
 }
 
