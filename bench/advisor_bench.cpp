@@ -3,6 +3,8 @@
 //   Gpus/gpt3-1.3b/3types-x-3counts     L4, A10G, H100 PCIe x {1, 2, 4}; GBS 16, s 1024, Megatron space
 //   Large/Gpus/llama2-70b/4types-x-4counts[/fast]   H100, H200, A100 80GB, A100 40GB x {8, 16, 32, 64};
 //                                        GBS 512, s 4096, bf16, flash; issue 7's target: 1 minute
+//   Large/Gpus/llama2-70b/4types-x-4counts/l40s   H100, A100 80GB, H200, L40S x {8, 16, 32, 64}, the same job:
+//                                        issue 18's case (PCIe-only L40S nodes are the slow cells); target 30 s
 // Counters: cells, cells that fit, the cheapest-to-finish row's tokens/s.
 #include <benchmark/benchmark.h>
 
@@ -53,6 +55,8 @@ void register_all() {
                            "mist");
   const auto run = training(512, 4096, spec::Dtype::kBf16);
   add("Large/Gpus/llama2-70b/4types-x-4counts", model("llama2-70b"), run, big);
+  add("Large/Gpus/llama2-70b/4types-x-4counts/l40s", model("llama2-70b"), run,
+      options({"H100-SXM5-80GB", "A100-SXM4-80GB", "H200-SXM-141GB", "L40S-48GB"}, {8, 16, 32, 64}, "mist"));
   auto fast = big;  // what --fast does
   fast.space.weight_offload = fast.space.grad_offload = fast.space.opt_offload = fast.space.act_offload = {0, 0.5, 1};
   add("Large/Gpus/llama2-70b/4types-x-4counts/fast", model("llama2-70b"), run, fast);

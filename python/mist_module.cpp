@@ -97,7 +97,7 @@ api::Input input(py::handle h, const char* what, bool catalog) {
   const std::string forms = catalog ? "a catalog name, a path to a JSON file or a dict"
                                     : "a path to a JSON file or a dict";
   if (h.is_none()) throw py::type_error(std::string(what) + ": required: " + forms);
-  if (auto path = as_path(h)) return {*path, {}};
+  if (auto path = as_path(h)) return {*path, {}, what};
   if (PyBytes_Check(h.ptr())) throw py::type_error(std::string(what) + ": give " + forms + ", not bytes");
   return {"", to_json(h, what, 0)};
 }

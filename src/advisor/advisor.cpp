@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -11,34 +10,13 @@
 
 #include <fmt/format.h>
 
+#include "core/closest_names.hpp"
 #include "core/units.hpp"
 #include "tuner/tuner.hpp"
 
 namespace mist::advisor {
 
 namespace {
-
-std::string lower(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
-// Edit distance, case-insensitive: how far a typo is from a catalog name.
-size_t distance(const std::string& a, const std::string& b) {
-  const std::string x = lower(a), y = lower(b);
-  std::vector<size_t> row(y.size() + 1);
-  for (size_t j = 0; j <= y.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= x.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= y.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (x[i - 1] == y[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[y.size()];
-}
 
 // One (GPU type, count) cell: tune, then cost.
 Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec::ClusterSpec& c,
@@ -50,6 +28,8 @@ Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec:
   row.nodes = c.nodes;
   row.gpus_per_node = c.gpus_per_node;
   row.price = find_price(o.prices, c.gpu.name);
+  if (c.nodes > 1 && c.gpu.link_bw == 0)
+    row.pcie_only = PcieOnlyNetwork{spec::pcie_x16_bw(c.gpu.pcie_gen), c.inter_node_bw, 0};
   tuner::TuneOptions to;
   to.space = o.space;
   to.engine = o.engine;
@@ -89,6 +69,7 @@ Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec:
   row.mfu = time.mfu;
   row.peak_memory_bytes = best.peak_memory_bytes;
   row.time_to_train_s = o.tokens / row.tokens_per_s;
+  if (row.pcie_only) row.pcie_only->exposed_share = time.exposed_delta_s / time.iteration_time_s;
   if (row.price) row.cost = costs(row.tokens_per_s, o.tokens, row.num_gpus, row.price->usd_per_gpu_hour);
   row.tune_seconds = seconds();
   return row;
@@ -99,12 +80,10 @@ Row tune_cell(const spec::ModelSpec& m, const spec::TrainingSpec& t, const spec:
 Result<spec::GpuSpec> resolve_gpu(const std::string& name) {
   auto g = spec::catalog_gpu(name);
   if (g) return g;
-  std::vector<std::string> names = spec::gpu_catalog_names();
+  const std::vector<std::string> names = spec::gpu_catalog_names();
   if (names.empty()) return g;  // the catalog itself is broken: its own error says how
-  std::stable_sort(names.begin(), names.end(),
-                   [&](const std::string& a, const std::string& b) { return distance(name, a) < distance(name, b); });
-  names.resize(std::min<size_t>(3, names.size()));
-  return fail("", fmt::format("unknown GPU \"{}\" (closest: {}; 'mist list gpus' lists all)", name, join(names)));
+  return fail("", fmt::format("unknown GPU \"{}\" (closest: {}; 'mist list gpus' lists all)", name,
+                              join(closest_names(name, names))));
 }
 
 Result<spec::ClusterSpec> cluster_for(const std::string& gpu, int64_t count, std::optional<int64_t> gpus_per_node) {

@@ -47,6 +47,19 @@ struct Costs {
   double usd_total = 0;                 // time to train × price × GPUs
 };
 
+// What the network does to a cluster of several nodes of a GPU without a scale-up link
+// (link_GBps 0: L4, L40S, A10G, H100 PCIe): tensor parallelism stays inside a node, over PCIe,
+// and everything between nodes (pipeline sends, gradient reduction, ZeRO gathers) crosses the
+// NIC share of each GPU. The time of every row is predicted with these bandwidths.
+struct PcieOnlyNetwork {
+  double pcie_bytes_per_s = 0;        // host link inside a node, per GPU, one direction
+  double inter_node_bytes_per_s = 0;  // NIC share per GPU across nodes, one direction
+  // Of the predicted iteration (feasible rows), what the first and last micro-batches leave
+  // exposed (gradient reduction and ZeRO gathers over the NIC, the optimizer step):
+  // TimePrediction::exposed_delta_s / iteration_time_s.
+  double exposed_share = 0;
+};
+
 struct Row {
   std::string gpu;
   int64_t num_gpus = 0, nodes = 0, gpus_per_node = 0;
@@ -60,6 +73,7 @@ struct Row {
   std::optional<GpuPrice> price;
   Costs cost;
   bool pareto = false;                  // not dominated in (time to train, total cost)
+  std::optional<PcieOnlyNetwork> pcie_only;  // more than one node of a GPU without NVLink
   double tune_seconds = 0;
 };
 

@@ -22,7 +22,7 @@ constexpr double kMaxUsdPerGpuHour = 1000;
 
 Result<GpuPrice> price_from_json(const Json& j, const std::string& path) {
   MIST_TRY(JsonFields f, JsonFields::of(j, path));
-  MIST_CHECK(f.reject_unknown({"gpu", "usd_per_gpu_hour", "date", "source"}));
+  MIST_CHECK(f.reject_unknown({"gpu", "usd_per_gpu_hour", "date", "source", "instance", "gpus_per_instance"}));
   GpuPrice p;
   MIST_TRY(p.gpu, f.string("gpu"));
   if (auto g = spec::catalog_gpu(p.gpu); !g) return fail(f.field_path("gpu"), g.error().message);
@@ -36,6 +36,11 @@ Result<GpuPrice> price_from_json(const Json& j, const std::string& path) {
     return fail(f.field_path("date"), "must be a date YYYY-MM-DD, got \"" + p.date + "\"");
   MIST_TRY(p.source, f.string("source"));
   if (p.source.empty()) return fail(f.field_path("source"), "must say where the price comes from");
+  MIST_TRY(p.instance, f.string_or("instance", ""));
+  // 0 when not given; an instance holds 1..64 GPUs (8 for every HGX/DGX-style instance).
+  if (f.has("gpus_per_instance")) {
+    MIST_TRY(p.gpus_per_instance, f.integer("gpus_per_instance", 1, 64));
+  }
   return p;
 }
 

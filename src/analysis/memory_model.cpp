@@ -228,10 +228,16 @@ double in_flight_micro_batches(const plan::Plan& p, int stage) {
   return chunks / v;
 }
 
-std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
-                                                             double in_flight, double nccl_bytes) {
-  const plan::ShardFactors z = plan::shard_factors(st.zero, plan::grad_dp(layout));
-  const plan::ShardFactors zx = plan::shard_factors(st.zero, plan::expert_dp(layout));
+SettingKnobs::SettingKnobs(const plan::Plan& layout, double in_flight, double nccl_bytes)
+    : grad_dp_(plan::grad_dp(layout)),
+      expert_dp_(plan::expert_dp(layout)),
+      in_flight_(in_flight),
+      micro_batch_(static_cast<double>(layout.micro_batch_size)),
+      nccl_bytes_(nccl_bytes) {}
+
+std::array<double, kSettingKnobs.size()> SettingKnobs::operator()(const plan::StagePlan& st) const {
+  const plan::ShardFactors z = plan::shard_factors(st.zero, grad_dp_);
+  const plan::ShardFactors zx = plan::shard_factors(st.zero, expert_dp_);
   const auto& o = st.offload;
   return {static_cast<double>(st.num_layers),
           static_cast<double>(st.ckpt_layers),
@@ -246,13 +252,18 @@ std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& l
           z.gradients > 1 || o.gradients > 0 ? 1.0 : 0.0,
           o.optimizer_states > 0 ? 1.0 : 0.0,
           o.activations > 0 ? 1.0 : 0.0,
-          in_flight,
-          static_cast<double>(layout.micro_batch_size),
-          static_cast<double>(plan::grad_dp(layout)),
-          nccl_bytes,
+          in_flight_,
+          micro_batch_,
+          static_cast<double>(grad_dp_),
+          nccl_bytes_,
           zx.weights,
           zx.gradients,
           zx.optimizer_states};
+}
+
+std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
+                                                             double in_flight, double nccl_bytes) {
+  return SettingKnobs(layout, in_flight, nccl_bytes)(st);
 }
 
 void bind_parallel_degrees(sym::Bindings& at, const plan::Plan& p) {

@@ -124,6 +124,17 @@ inline constexpr std::array<const char*, 20> kSettingKnobs = {"l", "c",  "zw", "
 // (in_flight_micro_batches) with `nccl_bytes` of NCCL buffers; allocation-free (the tuner's hot path).
 std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
                                                              double in_flight, double nccl_bytes);
+// The same, for many settings of one stage: what the layout fixes (data-parallel degrees, the
+// micro-batch, in-flight count, NCCL buffers) is worked out once, at construction.
+class SettingKnobs {
+ public:
+  SettingKnobs(const plan::Plan& layout, double in_flight, double nccl_bytes);
+  std::array<double, kSettingKnobs.size()> operator()(const plan::StagePlan& st) const;
+
+ private:
+  int64_t grad_dp_, expert_dp_;
+  double in_flight_, micro_batch_, nccl_bytes_;
+};
 
 // The values of every input of StageMemoryModel::program for stage `index` of plan `p` run with
 // the settings `st` (which need not be p.stages[index]: the tuner tries many): the model's shapes,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "advisor/prices.hpp"
+#include "api/inputs.hpp"
 
 namespace mist::api {
 
@@ -36,8 +37,17 @@ Json row_json(const advisor::Row& r) {
   j["total_cost"] = costed ? Json(r.cost.usd_total) : Json(nullptr);
   j["price"] = r.price ? Json{{"usd_per_gpu_hour", r.price->usd_per_gpu_hour},
                               {"date", r.price->date},
-                              {"source", r.price->source}}
+                              {"source", r.price->source},
+                              {"instance", r.price->instance.empty() ? Json(nullptr) : Json(r.price->instance)},
+                              {"gpus_per_instance", r.price->gpus_per_instance > 0 ? Json(r.price->gpus_per_instance)
+                                                                                   : Json(nullptr)}}
                        : Json(nullptr);
+  // Several nodes of a GPU without NVLink: what the network does (docs/gpus.md); null otherwise.
+  j["pcie_only_network"] =
+      r.pcie_only ? Json{{"pcie_GBps_per_gpu", r.pcie_only->pcie_bytes_per_s / 1e9},
+                         {"inter_node_GBps_per_gpu", r.pcie_only->inter_node_bytes_per_s / 1e9},
+                         {"exposed_tail_share", r.feasible ? Json(r.pcie_only->exposed_share) : Json(nullptr)}}
+                  : Json(nullptr);
   return j;
 }
 
@@ -89,8 +99,12 @@ Outcome<advisor::AdvisorOptions> gpus_options(const GpusRequest& r) {
                                    Failure::Kind::kInternal));
   o.prices = *defaults;
   if (!r.prices.empty()) {
-    MIST_TRY(auto user, advisor::load_prices(r.prices));
-    o.prices = advisor::merge_prices(o.prices, user);
+    auto user = advisor::load_prices(r.prices);
+    if (!user) {
+      name_the_option(user.error(), Input{r.prices, {}, "--prices"});
+      return std::unexpected(user.error());
+    }
+    o.prices = advisor::merge_prices(o.prices, *user);
   }
   return o;
 }

@@ -2,20 +2,36 @@
 
 namespace mist::api {
 
+void name_the_option(Error& e, const Input& in) {
+  if (!in.option.empty() && !in.json && e.path == in.name_or_path) e = Error{in.option, in.name_or_path + ": " + e.message};
+}
+
+namespace {
+
+template <class T>
+Result<T> under_option(Result<T> r, const Input& in) {
+  if (!r) name_the_option(r.error(), in);
+  return r;
+}
+
+}  // namespace
+
 Result<spec::ModelSpec> load_model(const Input& in) {
-  return in.json ? spec::model_from_json(*in.json, "model") : spec::load_model(in.name_or_path);
+  return in.json ? spec::model_from_json(*in.json, "model") : under_option(spec::load_model(in.name_or_path), in);
 }
 
 Result<spec::ClusterFile> load_cluster(const Input& in) {
-  return in.json ? spec::cluster_file_from_json(*in.json, "cluster") : spec::load_cluster(in.name_or_path);
+  return in.json ? spec::cluster_file_from_json(*in.json, "cluster")
+                 : under_option(spec::load_cluster(in.name_or_path), in);
 }
 
 Result<spec::TrainingSpec> load_training(const Input& in) {
-  return in.json ? spec::training_from_json(*in.json, "training") : spec::load_training(in.name_or_path);
+  return in.json ? spec::training_from_json(*in.json, "training")
+                 : under_option(spec::load_training(in.name_or_path), in);
 }
 
 Result<plan::Plan> load_plan(const Input& in) {
-  return in.json ? plan::plan_from_json(*in.json, "plan") : plan::load_plan(in.name_or_path);
+  return in.json ? plan::plan_from_json(*in.json, "plan") : under_option(plan::load_plan(in.name_or_path), in);
 }
 
 Result<job::Job> load_job(const JobInputs& in) {

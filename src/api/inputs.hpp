@@ -17,12 +17,19 @@ namespace mist::api {
 struct Input {
   std::string name_or_path;
   std::optional<Json> json;
+  // What gave it ("--training", or the Python argument "training"): an error about the file
+  // itself (a directory, no such file, malformed JSON) is reported under it,
+  // "--training: examples: is a directory, not a JSON file". Empty: under the file's name alone.
+  std::string option = {};
 };
 
 struct JobInputs {
   Input model, cluster, training;
   std::optional<Input> plan;  // none: the plan is left default (tune, gpus)
 };
+
+// An error about the file itself (its path is the file) put under the input's option.
+void name_the_option(Error& e, const Input& in);
 
 Result<spec::ModelSpec> load_model(const Input& in);
 // The cluster and the files it names (profile_db, time_constants), which job::prepare reads. In a

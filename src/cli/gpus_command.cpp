@@ -52,6 +52,39 @@ std::string money(double usd) {
   return fmt::format("${:.2f}", usd);
 }
 
+// "  [PCIe only: 12% exposed tail]" after the plan of a row over several nodes of a GPU without NVLink.
+std::string network_mark(const advisor::Row& r) {
+  if (!r.pcie_only) return "";
+  return r.feasible ? fmt::format("  [PCIe only: {:.0f}% exposed tail]", 100 * r.pcie_only->exposed_share)
+                    : "  [PCIe only]";
+}
+
+// "; AWS p5.48xlarge, 8 GPUs" when the price names its instance.
+std::string instance_text(const advisor::GpuPrice& p) {
+  std::string s;
+  if (!p.instance.empty()) s += "; " + p.instance;
+  if (p.gpus_per_instance == 1) s += ", a 1-GPU instance";
+  if (p.gpus_per_instance > 1) s += fmt::format(", {}-GPU instance ÷ {}", p.gpus_per_instance, p.gpus_per_instance);
+  return s;
+}
+
+// One line per GPU type with a PCIe-only row: what its network does.
+std::string network_notes(const advisor::Comparison& cmp) {
+  std::string out;
+  std::vector<std::string> seen;
+  for (const auto& r : cmp.rows) {
+    if (!r.pcie_only || std::find(seen.begin(), seen.end(), r.gpu) != seen.end()) continue;
+    seen.push_back(r.gpu);
+    if (out.empty()) out = "PCIe only (no NVLink), over several nodes:\n";
+    out += fmt::format("  {}: tensor parallelism stays inside a node over PCIe ({:.0f} GB/s per GPU); pipeline "
+                       "sends and gradient reduction cross the NIC at {:g} GB/s per GPU; exposed tail = what the last "
+                       "micro-batch leaves exposed (gradient reduction, ZeRO gathers, optimizer step), share of "
+                       "the iteration\n",
+                       r.gpu, r.pcie_only->pcie_bytes_per_s / 1e9, r.pcie_only->inter_node_bytes_per_s / 1e9);
+  }
+  return out;
+}
+
 std::string text_table(const advisor::Comparison& cmp, const api::GpusRequest& a) {
   std::string out = fmt::format("{:<16} {:>5} {:>5} {:>4} {:>10} {:>6} {:>9} {:>9} {:>8} {:>9} {:>2}  {}\n", "gpu",
                                 "GPUs", "nodes", "fits", "tokens/s", "MFU", "time", "$/hour", "$/Mtok", "total", "P",
@@ -64,7 +97,7 @@ std::string text_table(const advisor::Comparison& cmp, const api::GpusRequest& a
         r.feasible ? fmt::format("{:.1f}%", 100 * r.mfu) : "-", r.feasible ? format_duration(r.time_to_train_s) : "-",
         costed ? money(r.cost.usd_per_hour) : r.price ? "-" : "no price",
         costed ? fmt::format("${:.3f}", r.cost.usd_per_million_tokens) : "-", costed ? money(r.cost.usd_total) : "-",
-        r.pareto ? "*" : "", r.feasible ? plan_summary(*r.plan) : r.reason);
+        r.pareto ? "*" : "", (r.feasible ? plan_summary(*r.plan) : r.reason) + network_mark(r));
   }
   out += fmt::format("\n{:g} tokens; rows by total cost (unpriced, then infeasible rows last); * = on the "
                      "time-vs-cost Pareto set; {} space\n",
@@ -84,17 +117,18 @@ std::string text_table(const advisor::Comparison& cmp, const api::GpusRequest& a
     const advisor::Row* r = nullptr;
     for (const auto& x : cmp.rows)
       if (x.gpu == g) r = &x;
-    out += r->price ? fmt::format("  {}: ${} ({}; {})\n", g, r->price->usd_per_gpu_hour, r->price->date,
-                                  r->price->source)
+    out += r->price ? fmt::format("  {}: ${} ({}{}; {})\n", g, r->price->usd_per_gpu_hour, r->price->date,
+                                  instance_text(*r->price), r->price->source)
                     : fmt::format("  {}: no price (give one with --prices)\n", g);
   }
+  out += network_notes(cmp);
   return out;
 }
 
 int gpus(const GpusArgs& a, std::string& out, std::string& err) {
-  auto model = api::load_model({a.model, {}});
+  auto model = api::load_model({a.model, {}, "--model"});
   if (!model) return invalid_input(err, model.error());
-  auto training = api::load_training({a.training, {}});
+  auto training = api::load_training({a.training, {}, "--training"});
   if (!training) return invalid_input(err, training.error());
   api::GpusRequest request = a.request;
   if (a.gpus_per_node != 0) request.gpus_per_node = a.gpus_per_node;

@@ -35,8 +35,11 @@ void add_headroom_option(CLI::App* cmd, CalibrationArgs& a) {
 }
 
 Result<Job> load_job(const JobArgs& a) {
-  api::JobInputs in{.model = {a.model, {}}, .cluster = {a.cluster, {}}, .training = {a.training, {}}, .plan = {}};
-  if (!a.plan.empty()) in.plan = api::Input{a.plan, {}};
+  api::JobInputs in{.model = {a.model, {}, "--model"},
+                    .cluster = {a.cluster, {}, "--cluster"},
+                    .training = {a.training, {}, "--training"},
+                    .plan = {}};
+  if (!a.plan.empty()) in.plan = api::Input{a.plan, {}, "--plan"};
   return api::load_job(in);
 }
 

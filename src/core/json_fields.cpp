@@ -1,6 +1,7 @@
 #include "core/json_fields.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -43,6 +44,9 @@ Result<Json> parse_json_text(std::string_view text, const std::string& what) {
 }
 
 Result<Json> read_json_file(const std::string& path) {
+  // An ifstream opens a directory and reads nothing, which would parse as "unexpected end of input".
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return fail(path, "is a directory, not a JSON file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail(path, "cannot open file");
   std::ostringstream ss;
@@ -74,16 +78,23 @@ Result<const Json*> JsonFields::required(std::string_view key) const {
 
 Result<int64_t> JsonFields::integer(std::string_view key, int64_t lo, int64_t hi) const {
   MIST_TRY(const Json* v, required(key));
+  // A whole number beyond what mist counts in (int64): out of range, whichever way JSON stored it
+  // (above 2^64 the parser keeps a double, so 18446744073709551617 arrives as 1.84467e+19).
+  auto out_of_range = [&](const std::string& got, bool negative) {
+    return fail(field_path(key), negative ? fmt::format("out of range for an integer: must be at least {}, got {}", lo, got)
+                                          : fmt::format("out of range for an integer: must be at most {}, got {}", hi, got));
+  };
   int64_t x = 0;
   if (v->is_number_integer()) {
     if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-      return fail(field_path(key), fmt::format("must be at most {}", hi));
+      return out_of_range(std::to_string(v->get<uint64_t>()), false);
     x = v->get<int64_t>();
   } else if (v->is_number_float()) {
     double d = v->get<double>();
-    // Accept 8.0 written for 8 (YAML/JSON writers do this), reject 1.5 and 1e30.
-    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.0e15)
+    // Accept 8.0 written for 8 (YAML/JSON writers do this), reject 1.5.
+    if (!std::isfinite(d) || std::floor(d) != d)
       return fail(field_path(key), fmt::format("must be an integer, got {}", show(d)));
+    if (std::fabs(d) > 9.0e15) return out_of_range(show(d), d < 0);
     x = static_cast<int64_t>(d);
   } else {
     return fail(field_path(key), "must be an integer, got " + type_name(*v));

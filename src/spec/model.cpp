@@ -2,6 +2,7 @@
 #include "spec/model.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <system_error>
 
@@ -441,6 +442,76 @@ Result<ModelSpec> from_hf(const JsonFields& f, const std::string& what) {
               fmt::format("unsupported model_type \"{}\" (supported: {})", type, kHfTypes));
 }
 
+// The config's key for each ModelSpec field a reader fills from a differently named key, so that a
+// validation error names the field as the user wrote it ("n_head", not "num_heads"). Fields read
+// under their own name (hidden_size, vocab_size, head_dim, ...) are left out.
+using KeyNames = std::vector<std::pair<std::string_view, std::string>>;
+
+KeyNames hf_key_names(const JsonFields& f, const std::string& type) {
+  if (type == "gpt2")
+    return {{"num_layers", "n_layer"}, {"hidden_size", "n_embd"}, {"num_heads", "n_head"}, {"num_kv_heads", "n_head"},
+            {"ffn_hidden_size", "n_inner"}, {"max_position_embeddings", "n_positions"}};
+  if (type == "falcon")
+    return {{"num_layers", f.has("num_hidden_layers") ? "num_hidden_layers" : "n_layer"},
+            {"num_heads", f.has("num_attention_heads") ? "num_attention_heads" : "n_head"},
+            {"norms_per_block", "num_ln_in_parallel_attn"}};
+  KeyNames k{{"num_layers", "num_hidden_layers"}, {"num_heads", "num_attention_heads"},
+             {"num_kv_heads", "num_key_value_heads"}, {"ffn_hidden_size", "intermediate_size"},
+             {"experts_per_token", "num_experts_per_tok"}, {"moe_ffn_hidden_size", "moe_intermediate_size"}};
+  auto set = [&](std::string_view field, std::string key) {
+    for (auto& [f, name] : k)
+      if (f == field) {
+        name = std::move(key);
+        return;
+      }
+    k.emplace_back(field, std::move(key));
+  };
+  if (type == "mixtral" || type == "gpt_oss") {
+    set("num_experts", "num_local_experts");
+    set("moe_ffn_hidden_size", "intermediate_size");  // each expert's width
+  }
+  if (type == "gpt_oss") set("full_attention_interval", "layer_types");
+  if (type == "qwen2_moe" || type == "qwen3_moe") {
+    set("shared_expert_ffn_hidden_size", "shared_expert_intermediate_size");
+    set("first_dense_layers", "mlp_only_layers");
+  }
+  if (type == "deepseek_v3" || type == "deepseek_v2") {
+    set("num_kv_heads", "num_attention_heads");  // keys and values per head, out of the latent
+    set("num_experts", "n_routed_experts");
+    set("shared_expert_ffn_hidden_size", "n_shared_experts");
+    set("first_dense_layers", "first_k_dense_replace");
+    set("mtp_layers", "num_nextn_predict_layers");
+  }
+  return k;
+}
+
+// `e` with every field name of `names` replaced by the config's: in its path (`root`.field) and,
+// word by word, in its message.
+Error with_config_names(Error e, const std::string& root, const KeyNames& names) {
+  auto rename = [&](std::string_view word) -> std::string_view {
+    for (const auto& [mist_key, config_key] : names)
+      if (word == mist_key) return config_key;
+    return word;
+  };
+  const std::string prefix = root.empty() ? "" : root + ".";
+  if (e.path.starts_with(prefix) && e.path.size() > prefix.size())
+    e.path = prefix + std::string(rename(std::string_view(e.path).substr(prefix.size())));
+  std::string out;
+  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t i = 0; i < e.message.size();) {
+    size_t j = i;
+    while (j < e.message.size() && is_word(e.message[j])) ++j;
+    if (j == i) {
+      out += e.message[i++];
+      continue;
+    }
+    out += rename(std::string_view(e.message).substr(i, j - i));
+    i = j;
+  }
+  e.message = std::move(out);
+  return e;
+}
+
 // --- mist's own form ----------------------------------------------------------------------------
 
 Result<ModelSpec> from_mist(const JsonFields& f) {
@@ -726,6 +797,10 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& what) {
   ModelSpec m;
   if (f.has("model_type")) {
     MIST_TRY(m, from_hf(f, what));
+    // from_hf read model_type, so it is a string here.
+    if (auto ok = validate_model(m, what); !ok)
+      return std::unexpected(with_config_names(ok.error(), what, hf_key_names(f, f.raw("model_type").get<std::string>())));
+    return m;
   } else if (f.has("family")) {
     MIST_TRY(m, from_mist(f));
   } else {
@@ -786,7 +861,8 @@ Result<ModelSpec> load_model(const std::string& name_or_path) {
   for (const auto& name : model_catalog_names())
     if (name == name_or_path) return catalog_model(name);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(name_or_path, ec)) {
+  // A directory is read (and refused, saying so) by load_json_as.
+  if (!std::filesystem::exists(name_or_path, ec)) {
     return fail(name_or_path, "not a catalog model (known: " + join(model_catalog_names()) +
                                   ") and no such file");
   }

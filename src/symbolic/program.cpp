@@ -1,6 +1,8 @@
 #include "symbolic/program.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <unordered_map>
 
 namespace mist::sym {
@@ -97,29 +99,100 @@ Result<Program> Program::compile(const std::vector<Expr>& outputs,
 }
 
 void Program::evaluate(std::span<const double> inputs, size_t rows, std::span<double> outputs) const {
-  // Rows are processed in blocks so that the register file stays in cache; each instruction is
-  // a tight loop over the block that the compiler vectorises.
-  constexpr size_t kBlock = 256;
-  std::vector<double> regs(static_cast<size_t>(num_regs_) * kBlock);
-  for (size_t start = 0; start < rows; start += kBlock) {
-    const size_t n = std::min(kBlock, rows - start);
-    for (const Instr& in : code_) {
-      double* d = &regs[static_cast<size_t>(in.dst) * kBlock];
-      const double* a = in.a >= 0 && in.op != Op::kInput ? &regs[static_cast<size_t>(in.a) * kBlock] : nullptr;
-      const double* b = in.b >= 0 ? &regs[static_cast<size_t>(in.b) * kBlock] : nullptr;
-      switch (in.op) {
-        case Op::kConst: std::fill(d, d + n, in.c); break;
-        case Op::kInput: std::copy_n(&inputs[static_cast<size_t>(in.a) * rows + start], n, d); break;
-        case Op::kAdd: for (size_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; break;
-        case Op::kScale: for (size_t i = 0; i < n; ++i) d[i] = a[i] * in.c; break;
-        case Op::kMul: for (size_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; break;
-        case Op::kDiv: for (size_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; break;
-        case Op::kMax: for (size_t i = 0; i < n; ++i) d[i] = std::max(a[i], b[i]); break;
-        case Op::kMin: for (size_t i = 0; i < n; ++i) d[i] = std::min(a[i], b[i]); break;
+  if (rows == 0) return;
+  // What is the same on every row is computed once. An input whose column holds one value makes
+  // every instruction that depends only on such inputs (and constants) uniform: its value is
+  // computed once, as a scalar, by the same operation on the same operands as each row would.
+  // The tuner's batches vary a few knobs (the offload fractions) and hold the rest.
+  std::vector<char> uniform(static_cast<size_t>(num_regs_), 0);
+  std::vector<double> value(static_cast<size_t>(num_regs_), 0.0);
+  std::vector<const Instr*> varying;
+  for (const Instr& in : code_) {
+    const auto dst = static_cast<size_t>(in.dst);
+    switch (in.op) {
+      case Op::kConst:
+        uniform[dst] = 1, value[dst] = in.c;
+        break;
+      case Op::kInput: {
+        const double* col = &inputs[static_cast<size_t>(in.a) * rows];
+        // Bitwise, so that -0.0 and 0.0 (or two NaNs) are not taken for each other.
+        uniform[dst] = std::all_of(col, col + rows, [&](double x) { return std::memcmp(&x, col, sizeof x) == 0; });
+        value[dst] = col[0];
+        break;
+      }
+      default: {
+        const bool ua = uniform[static_cast<size_t>(in.a)] != 0;
+        const bool ub = in.op == Op::kScale || uniform[static_cast<size_t>(in.b)] != 0;
+        if (ua && ub) {
+          uniform[dst] = 1;
+          value[dst] = apply(in.op, value[static_cast<size_t>(in.a)],
+                             in.op == Op::kScale ? 0.0 : value[static_cast<size_t>(in.b)], in.c);
+        }
       }
     }
-    for (size_t o = 0; o < output_regs_.size(); ++o)
-      std::copy_n(&regs[static_cast<size_t>(output_regs_[o]) * kBlock], n, &outputs[o * rows + start]);
+    if (!uniform[dst]) varying.push_back(&in);
+  }
+  // The varying instructions, rows in blocks so that the register file stays in cache; each is a
+  // tight loop over the block that the compiler vectorises. Registers are `block` rows apart, no
+  // wider than the batch, and left uninitialised: each is written before it is read.
+  constexpr size_t kBlock = 256;
+  const size_t block = std::min(kBlock, rows);
+  const auto regs = std::make_unique_for_overwrite<double[]>(static_cast<size_t>(num_regs_) * block);
+  for (size_t start = 0; start < rows; start += block) {
+    const size_t n = std::min(block, rows - start);
+    for (const Instr* in : varying) {
+      double* d = &regs[static_cast<size_t>(in->dst) * block];
+      if (in->op == Op::kInput) {
+        std::copy_n(&inputs[static_cast<size_t>(in->a) * rows + start], n, d);
+        continue;
+      }
+      const auto ia = static_cast<size_t>(in->a);
+      const double* a = &regs[ia * block];
+      if (in->op == Op::kScale) {
+        for (size_t i = 0; i < n; ++i) d[i] = a[i] * in->c;
+        continue;
+      }
+      const auto ib = static_cast<size_t>(in->b);
+      const double* b = &regs[ib * block];
+      const bool sa = uniform[ia] != 0, sb = uniform[ib] != 0;  // at most one of them
+      const double x = value[ia], y = value[ib];
+#define MIST_PROGRAM_LOOP(expr_vv, expr_sv, expr_vs)           \
+  if (sa)                                                      \
+    for (size_t i = 0; i < n; ++i) d[i] = expr_sv;             \
+  else if (sb)                                                 \
+    for (size_t i = 0; i < n; ++i) d[i] = expr_vs;             \
+  else                                                         \
+    for (size_t i = 0; i < n; ++i) d[i] = expr_vv;             \
+  break
+      switch (in->op) {
+        case Op::kAdd: MIST_PROGRAM_LOOP(a[i] + b[i], x + b[i], a[i] + y);
+        case Op::kMul: MIST_PROGRAM_LOOP(a[i] * b[i], x * b[i], a[i] * y);
+        case Op::kDiv: MIST_PROGRAM_LOOP(a[i] / b[i], x / b[i], a[i] / y);
+        case Op::kMax: MIST_PROGRAM_LOOP(std::max(a[i], b[i]), std::max(x, b[i]), std::max(a[i], y));
+        case Op::kMin: MIST_PROGRAM_LOOP(std::min(a[i], b[i]), std::min(x, b[i]), std::min(a[i], y));
+        default: break;
+      }
+#undef MIST_PROGRAM_LOOP
+    }
+    for (size_t o = 0; o < output_regs_.size(); ++o) {
+      const auto r = static_cast<size_t>(output_regs_[o]);
+      if (uniform[r])
+        std::fill_n(&outputs[o * rows + start], n, value[r]);
+      else
+        std::copy_n(&regs[r * block], n, &outputs[o * rows + start]);
+    }
+  }
+}
+
+double Program::apply(Op op, double a, double b, double c) {
+  switch (op) {
+    case Op::kAdd: return a + b;
+    case Op::kScale: return a * c;
+    case Op::kMul: return a * b;
+    case Op::kDiv: return a / b;
+    case Op::kMax: return std::max(a, b);
+    case Op::kMin: return std::min(a, b);
+    default: return 0;  // kConst and kInput are not applied
   }
 }
 

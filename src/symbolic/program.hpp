@@ -36,6 +36,9 @@ class Program {
     int dst, a, b;  // registers (kInput: a = input index)
     double c;       // kConst value, kScale factor
   };
+  // One instruction on one row: the same expressions as evaluate's loops over rows.
+  static double apply(Op op, double a, double b, double c);
+
   std::vector<Instr> code_;
   std::vector<int> output_regs_;
   size_t num_inputs_ = 0;

@@ -5,6 +5,10 @@
 #include <functional>
 #include <limits>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include <fmt/format.h>
 
 #include "analysis/time_model.hpp"
@@ -23,11 +27,71 @@ struct State {
   const Point* point = nullptr;  // the choice made at this stage
 };
 
-// A larger Σ B hides more of later stages' D but costs at least as much Σ T (docs/tuner.md).
-bool dominates(const State& a, const State& b) {
-  return a.sum_t <= b.sum_t && a.sum_t - a.sum_b <= b.sum_t - b.sum_b && a.max_t <= b.max_t &&
-         a.exposed <= b.exposed;
-}
+// The states of one layer count, with the four quantities dominance compares kept in arrays of
+// their own (Σ T, Σ (T − B), max T, exposed D) so that a check of a new state against thousands
+// of kept ones is a vectorised scan. State a dominates b when all four of a are no larger: a
+// larger Σ B hides more of later stages' D but costs at least as much Σ T (docs/tuner.md).
+class Bucket {
+ public:
+  // Whether a kept state is no larger than `n` in all four. The last state found is tried first:
+  // the candidates come in runs (one state's successors) that the same kept state beats.
+  bool dominated(const State& n) {
+    const double t = n.sum_t, tb = n.sum_t - n.sum_b, mx = n.max_t, ex = n.exposed;
+    const size_t h = hint_;
+    if (h < size() && t_[h] <= t && tb_[h] <= tb && mx_[h] <= mx && ex_[h] <= ex) return true;
+    hint_ = find<kLe>(t, tb, mx, ex);
+    return hint_ < size();
+  }
+  // Adds `n`, dropping the kept states it dominates (the others keep their order).
+  void insert(const State& n) {
+    const double t = n.sum_t, tb = n.sum_t - n.sum_b, mx = n.max_t, ex = n.exposed;
+    size_t k = find<kGe>(t, tb, mx, ex);
+    if (k < size()) {
+      for (size_t i = k + 1; i < size(); ++i) {
+        if (t <= t_[i] && tb <= tb_[i] && mx <= mx_[i] && ex <= ex_[i]) continue;
+        states_[k] = states_[i], t_[k] = t_[i], tb_[k] = tb_[i], mx_[k] = mx_[i], ex_[k] = ex_[i];
+        ++k;
+      }
+      states_.resize(k), t_.resize(k), tb_.resize(k), mx_.resize(k), ex_.resize(k);
+    }
+    states_.push_back(n), t_.push_back(t), tb_.push_back(tb), mx_.push_back(mx), ex_.push_back(ex);
+  }
+  std::vector<State>& states() { return states_; }
+
+ private:
+  size_t size() const { return states_.size(); }
+
+  // The first kept state no larger (kLe) or no smaller (kGe) than (t, tb, mx, ex) in all four, or
+  // size(). The scan is the DP's hot loop: with SSE2 (every x86-64) blocks of 4 are tested
+  // without branches, 2 states per compare, and the block that may hold the match is rescanned
+  // one by one, with the same comparisons.
+  enum Sense { kLe, kGe };
+  template <Sense s>
+  size_t find(double t, double tb, double mx, double ex) const {
+    const size_t n = size();
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128d vt = _mm_set1_pd(t), vtb = _mm_set1_pd(tb), vmx = _mm_set1_pd(mx), vex = _mm_set1_pd(ex);
+    auto le = [](__m128d x, __m128d y) { return s == kLe ? _mm_cmple_pd(x, y) : _mm_cmple_pd(y, x); };
+    for (; i + 4 <= n; i += 4) {
+      __m128d any = _mm_setzero_pd();
+      for (size_t j = i; j < i + 4; j += 2)
+        any = _mm_or_pd(any, _mm_and_pd(_mm_and_pd(le(_mm_loadu_pd(&t_[j]), vt), le(_mm_loadu_pd(&tb_[j]), vtb)),
+                                        _mm_and_pd(le(_mm_loadu_pd(&mx_[j]), vmx), le(_mm_loadu_pd(&ex_[j]), vex))));
+      if (_mm_movemask_pd(any) != 0) break;
+    }
+#endif
+    for (; i < n; ++i)
+      if (s == kLe ? (t_[i] <= t && tb_[i] <= tb && mx_[i] <= mx && ex_[i] <= ex)
+                   : (t <= t_[i] && tb <= tb_[i] && mx <= mx_[i] && ex <= ex_[i]))
+        return i;
+    return n;
+  }
+
+  std::vector<State> states_;
+  std::vector<double> t_, tb_, mx_, ex_;
+  size_t hint_ = 0;  // where dominated() last found a match (any index: it is checked before use)
+};
 
 }  // namespace
 
@@ -75,10 +139,26 @@ std::vector<Point> pareto_sample(std::vector<Point> pts, int k, int64_t v) {
 std::optional<StageChoice> inter_stage_dp(const StageFronts& fronts, int64_t L, double G, double cutoff,
                                           TuneStats& stats, int64_t v) {
   const size_t pp = fronts.size();
+  // The least T each later stage can add: rest_sum[i] and rest_max[i] over stages i+1.., so that a
+  // state whose every completion ends above the cutoff is dropped when it is made.
+  std::vector<double> rest_sum(pp + 1, 0.0), rest_max(pp + 1, 0.0);
+  for (size_t i = pp; i-- > 0;) {
+    double least = kInf;
+    for (const auto& [l, pts] : fronts[i])
+      for (const auto& p : pts) least = std::min(least, p.T);
+    if (!std::isfinite(least)) return std::nullopt;  // a stage with no setting: no plan
+    if (i > 0) {
+      rest_sum[i - 1] = rest_sum[i] + least;
+      rest_max[i - 1] = std::max(rest_max[i], least);
+    }
+  }
+  // The bound adds the later minima in another order than a completion adds its own T: the slack
+  // keeps a completion that ties the cutoff from being dropped by a rounding of the bound.
+  const double bound_cutoff = cutoff * (1 + 1e-9);
   std::vector<std::vector<State>> levels(pp + 1);
   levels[0].push_back(State{});
   for (size_t i = 0; i < pp; ++i) {
-    std::map<int64_t, std::vector<State>> by_layers;
+    std::map<int64_t, Bucket> by_layers;
     const int64_t left_after = static_cast<int64_t>(pp - i - 1);
     for (size_t si = 0; si < levels[i].size(); ++si) {
       const State& s = levels[i][si];
@@ -92,20 +172,19 @@ std::optional<StageChoice> inter_stage_dp(const StageFronts& fronts, int64_t L, 
           n.sum_b = s.sum_b + p.B;
           n.max_t = std::max(s.max_t, p.T);
           n.exposed = std::max(s.exposed, p.D - s.sum_b / static_cast<double>(v));
-          // Later stages only add to Σ T and max T.
-          if (pipeline_objective(n.sum_t, n.max_t, -kInf, G, v) > cutoff) continue;
+          // Later stages add at least their least T to Σ T and max T.
+          if (pipeline_objective(n.sum_t + rest_sum[i], std::max(n.max_t, rest_max[i]), -kInf, G, v) > bound_cutoff)
+            continue;
           n.layers = used;
           n.prev = static_cast<int>(si);
           n.point = &p;
           auto& bucket = by_layers[used];
-          if (std::any_of(bucket.begin(), bucket.end(), [&](const State& o) { return dominates(o, n); })) continue;
-          std::erase_if(bucket, [&](const State& o) { return dominates(n, o); });
-          bucket.push_back(n);
+          if (!bucket.dominated(n)) bucket.insert(n);
         }
       }
     }
     for (auto& [l, b] : by_layers)
-      for (auto& s : b) levels[i + 1].push_back(s);
+      for (auto& s : b.states()) levels[i + 1].push_back(s);
     stats.plans_evaluated += static_cast<int64_t>(levels[i + 1].size());
     if (levels[i + 1].empty()) return std::nullopt;
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <span>
 
 #include "analysis/overheads.hpp"
 
@@ -49,13 +51,15 @@ void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int inde
   const size_t rows = settings.size();
   const sym::Program& prog = *programs_[static_cast<size_t>(index)];
   constexpr size_t n_in = MemoryPrograms::kInputs.size();
-  std::vector<double> in(n_in * rows), out(2 * rows);
-  const double in_flight = analysis::in_flight_micro_batches(layout_, index);
+  // Every element is written below: no zeroing.
+  const auto in = std::make_unique_for_overwrite<double[]>(n_in * rows);
+  std::vector<double> out(2 * rows);
+  const analysis::SettingKnobs knobs(layout_, analysis::in_flight_micro_batches(layout_, index), nccl_);
   for (size_t r = 0; r < rows; ++r) {
-    const auto v = analysis::setting_knob_values(layout_, settings[r], in_flight, nccl_);
+    const auto v = knobs(settings[r]);
     for (size_t k = 0; k < n_in; ++k) in[k * rows + r] = v[k];
   }
-  prog.evaluate(in, rows, out);
+  prog.evaluate(std::span<const double>(in.get(), n_in * rows), rows, out);
   peak.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(rows));
   host.assign(out.begin() + static_cast<std::ptrdiff_t>(rows), out.end());
   stats.stage_settings_evaluated += static_cast<int64_t>(rows);

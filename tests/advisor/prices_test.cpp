@@ -20,7 +20,37 @@ TEST(Prices, TheBuiltInTableParsesAndCitesEveryPrice) {
     EXPECT_GT(e.usd_per_gpu_hour, 0);
     EXPECT_EQ(e.date.size(), 10u);
     EXPECT_NE(e.source.find("http"), std::string::npos) << e.gpu << ": a source must give its address";
+    // Issue 18: each built-in price names the instance and whether it is a 1- or an 8-GPU one.
+    EXPECT_FALSE(e.instance.empty()) << e.gpu;
+    EXPECT_TRUE(e.gpus_per_instance == 1 || e.gpus_per_instance == 8) << e.gpu;
   }
+  // A price for every catalog GPU but the H100 96GB, which no cloud was found to list.
+  for (const auto& g : spec::gpu_catalog_names())
+    EXPECT_EQ(find_price(*p, g).has_value(), g != "H100-SXM5-96GB") << g;
+  // Clouds sell these only as 8-GPU instances, and multi-node training rents PCIe parts as 8-GPU
+  // servers too: their price is the 8-GPU instance's ÷ 8, not a single-GPU instance's.
+  for (const char* g : {"H100-SXM5-80GB", "H200-SXM-141GB", "B200-SXM-180GB", "A100-SXM4-80GB", "L40S-48GB",
+                        "L4-24GB", "A10G-24GB"})
+    EXPECT_EQ(find_price(*p, g)->gpus_per_instance, 8) << g;
+}
+
+TEST(Prices, InstanceFieldsAreOptionalAndChecked) {
+  // A file of the earlier form (no instance fields) still reads.
+  auto old_form = prices_from_json(Json::array({entry("L4-24GB", 1)}), "prices");
+  ASSERT_TRUE(old_form.has_value()) << old_form.error().to_string();
+  EXPECT_EQ((*old_form)[0].instance, "");
+  EXPECT_EQ((*old_form)[0].gpus_per_instance, 0);
+  Json full = entry("L40S-48GB", 3.77);
+  full["instance"] = "AWS g6e.48xlarge";
+  full["gpus_per_instance"] = 8;
+  auto r = prices_from_json(Json::array({full}), "prices");
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  EXPECT_EQ((*r)[0].instance, "AWS g6e.48xlarge");
+  EXPECT_EQ((*r)[0].gpus_per_instance, 8);
+  full["gpus_per_instance"] = 0;
+  auto zero = prices_from_json(Json::array({full}), "prices");
+  ASSERT_FALSE(zero.has_value());
+  EXPECT_EQ(zero.error().path, "prices[0].gpus_per_instance");
 }
 
 TEST(Prices, BadEntriesNameTheField) {

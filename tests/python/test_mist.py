@@ -94,7 +94,9 @@ class Predict(unittest.TestCase):
     def test_unknown_names_and_options(self):
         with self.assertRaises(mist.Error) as caught:
             mist.predict("no-such-model", CLUSTER, TRAINING, PLAN)
-        self.assertEqual(caught.exception.field, "no-such-model")
+        # A path or name that is not a file: under the argument that gave it (as --model does).
+        self.assertEqual(caught.exception.field, "model")
+        self.assertIn("no-such-model", str(caught.exception))
         with self.assertRaises(mist.Error) as caught:
             mist.predict(MODEL, CLUSTER, TRAINING, PLAN, engine="jax")
         self.assertEqual(caught.exception.field, "--engine")

@@ -266,6 +266,27 @@ TEST(HfConfig, Errors) {
                "model.n_layer", "integer");
 }
 
+TEST(HfConfig, ValidationErrorsNameTheKeysAsWritten) {
+  // Issue 18: GPT-2's n_head is checked as mist's num_heads, but the error names the config's key
+  // and the other keys in its message (n_embd, not hidden_size).
+  auto gpt2 = model(R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 7,
+      "n_positions": 1024, "vocab_size": 50257})");
+  expect_error(gpt2, "model.n_head", "must divide n_embd");
+  EXPECT_EQ(gpt2.error().message.find("num_heads"), std::string::npos) << gpt2.error().message;
+  expect_error(model(R"({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 2,
+      "num_attention_heads": 32, "num_key_value_heads": 5, "intermediate_size": 11008, "vocab_size": 32000})"),
+               "model.num_key_value_heads", "must divide num_attention_heads");
+  // Older Falcon configs spell the heads n_head; the error follows the file.
+  expect_error(model(R"({"model_type": "falcon", "hidden_size": 4544, "n_layer": 2, "n_head": 7,
+      "vocab_size": 65024})"),
+               "model.n_head", "must divide hidden_size");
+  expect_error(model(R"({"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 2,
+      "num_attention_heads": 7, "vocab_size": 65024})"),
+               "model.num_attention_heads", "must divide hidden_size");
+  // mist's own form keeps mist's names.
+  expect_error(model(mist_form_with("num_heads", "31")), "model.num_heads", "must divide hidden_size");
+}
+
 // --- mist's form and validation -----------------------------------------------------------------
 
 TEST(MistForm, DefaultsAndRoundTrip) {
@@ -348,6 +369,12 @@ TEST(LoadModel, CatalogNameOrFile) {
   std::ofstream(file) << R"({"model_type": "gpt2", "n_layer": 0, "vocab_size": 50257})";
   expect_error(load_model(file.string()), "model.n_layer", "at least 1");
   EXPECT_NE(load_model(file.string()).error().message.find(file.string()), std::string::npos);
+  std::filesystem::remove_all(dir.parent_path());
+
+  // A folder given for the file says so, not "malformed JSON ... unexpected end of input".
+  std::filesystem::create_directories(dir);
+  auto folder = load_model(dir.string());
+  expect_error(folder, dir.string(), "is a directory");
   std::filesystem::remove_all(dir.parent_path());
 
   auto missing = load_model("llama-9000");

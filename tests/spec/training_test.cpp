@@ -69,6 +69,18 @@ TEST(Training, BadInput) {
                "training.global_batch_size", "at most");
   expect_error(training(R"({"global_batch_size": 64, "seq_length": 20000000})"),
                "training.seq_length", "at most");
+  // Beyond 64-bit integers (issue 18): out of range, not "must be an integer".
+  for (const char* big : {R"({"global_batch_size": 18446744073709551617, "seq_length": 2048})",
+                          R"({"global_batch_size": 18446744073709551615, "seq_length": 2048})",
+                          R"({"global_batch_size": 1e30, "seq_length": 2048})"}) {
+    auto t = training(big);
+    expect_error(t, "training.global_batch_size", "out of range");
+    if (!t) {
+      EXPECT_NE(t.error().message.find("at most"), std::string::npos) << t.error().message;
+    }
+  }
+  expect_error(training(R"({"global_batch_size": -1e30, "seq_length": 2048})"), "training.global_batch_size",
+               "out of range");
   expect_error(training(R"({"global_batch_size": 64.5, "seq_length": 2048})"),
                "training.global_batch_size", "integer");
   expect_error(training(R"({"global_batch_size": "64", "seq_length": 2048})"),
