@@ -59,4 +59,10 @@ Result<CurrentImport> import_current(const std::string& compare_to, const std::s
   return c;
 }
 
+Json differences_json(const std::vector<JobDifference>& differences) {
+  Json out = Json::array();
+  for (const auto& d : differences) out.push_back({{"field", d.field}, {"flags", d.flags}, {"training_file", d.training_file}});
+  return out;
+}
+
 }  // namespace mist::api

@@ -32,4 +32,7 @@ struct CurrentImport {
 Result<CurrentImport> import_current(const std::string& compare_to, const std::string& megatron_flags,
                                      bool job_from_flags, const job::Job& job);
 
+// [{"field": ..., "flags": ..., "training_file": ...}, ...] as the JSON outputs carry them.
+Json differences_json(const std::vector<JobDifference>& differences);
+
 }  // namespace mist::api

@@ -265,15 +265,12 @@ Json tune_json(const TuneRun& run) {
   if (run.current) {
     const auto& c = *run.current;
     const double mine = best.prediction.time.iteration_time_s, theirs = c.prediction.time.iteration_time_s;
-    Json differences = Json::array();
-    for (const auto& d : c.job_differences)
-      differences.push_back({{"field", d.field}, {"flags", d.flags}, {"training_file", d.training_file}});
     j["compare_to"] = {{"plan", plan::plan_to_json(c.plan)},
                        {"fits", c.prediction.memory.fits},
                        {"iteration_time_s", theirs},
                        {"speedup", theirs / mine},
                        {"import_notes", c.import_notes},
-                       {"job_differences", differences},
+                       {"job_differences", differences_json(c.job_differences)},
                        {"job_from", c.job_from_flags ? "flags" : "training_file"}};
   }
   return j;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/job_differences.hpp"
 #include "cli/plan_text.hpp"
 #include "cli/report.hpp"
 
@@ -95,15 +96,7 @@ std::string compare_text(const api::TuneRun& run) {
   if (!run.current) return "";
   const auto& c = *run.current;
   std::string out;
-  if (!c.job_differences.empty()) {
-    std::vector<std::string> parts;
-    for (const auto& d : c.job_differences)
-      parts.push_back(fmt::format("{} {} (the training file: {})", d.field, d.flags, d.training_file));
-    out += fmt::format("your configuration's flags imply other training settings: {};\n  {}\n", join(parts),
-                       c.job_from_flags ? "tuned and compared with the flags' settings (--job-from-flags)"
-                                        : "tuned and compared with the training file's (--job-from-flags for the "
-                                          "flags')");
-  }
+  out += job_differences_text(c.job_differences, c.job_from_flags, "tuned and compared");
   for (const auto& n : c.import_notes) out += "  note: " + n + "\n";
   const double mine = run.result.best[0].prediction.time.iteration_time_s, theirs = c.prediction.time.iteration_time_s;
   out += fmt::format("your configuration ({}): {} per iteration{}; mist's plan: {} — {:.2f}x {}\n",

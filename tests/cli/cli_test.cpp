@@ -174,6 +174,26 @@ TEST(Cli, PredictFromMegatronFlags) {
   EXPECT_EQ(j["plan"]["dp"], 2);
   EXPECT_EQ(j["plan"]["grad_accum_steps"], 128);
   EXPECT_EQ(j["plan"]["stages"][0]["zero"], 1);
+  // The flags leave Megatron-LM's dropout at 0.1; the training file's "dropout": false stands, and
+  // the difference is said. --job-from-flags predicts the flags' job instead.
+  EXPECT_EQ(j["training"]["dropout"], false);
+  EXPECT_EQ(j["job_from"], "training_file");
+  ASSERT_EQ(j["job_differences"].size(), 1u) << j["job_differences"];
+  EXPECT_EQ(j["job_differences"][0]["field"], "dropout");
+  auto flags_job = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
+                         kExamples + "training_gpt.json", "--from-megatron", flags, "--json", "--job-from-flags"});
+  ASSERT_EQ(flags_job.code, kExitOk) << flags_job.err;
+  auto jf = nlohmann::json::parse(flags_job.out);
+  EXPECT_EQ(jf["training"]["dropout"], true);
+  EXPECT_EQ(jf["job_from"], "flags");
+  EXPECT_GT(jf["stages"][0]["peak_memory_bytes"].get<double>(), j["stages"][0]["peak_memory_bytes"].get<double>());
+  auto text = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
+                    kExamples + "training_gpt.json", "--from-megatron", flags});
+  EXPECT_NE(text.out.find("dropout true (the training file: false)"), std::string::npos) << text.out;
+  auto stray = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
+                     kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json", "--job-from-flags"});
+  EXPECT_EQ(stray.code, kExitInvalidInput);
+  EXPECT_NE(stray.err.find("--job-from-flags"), std::string::npos) << stray.err;
   // Neither or both of --plan and --from-megatron is a usage error.
   auto both = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
                     kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json", "--from-megatron",
