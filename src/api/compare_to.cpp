@@ -29,7 +29,7 @@ std::vector<JobDifference> differences(const engines::TrainingOverrides& o, cons
 }  // namespace
 
 Result<CurrentImport> import_current(const std::string& compare_to, const std::string& megatron_flags,
-                                     bool job_from_flags, const job::Job& job) {
+                                     bool job_from_flags, const job::Job& job, const std::string& option) {
   CurrentImport c;
   if (compare_to.ends_with(".json")) {
     MIST_TRY(c.imported, engines::import_deepspeed_file(compare_to, megatron_flags, job.model, job.cluster));
@@ -45,9 +45,9 @@ Result<CurrentImport> import_current(const std::string& compare_to, const std::s
   const int64_t per_step = p.micro_batch_size * p.dp;
   if (per_step * p.grad_accum_steps != c.training.global_batch_size) {
     if (c.training.global_batch_size % per_step != 0)
-      return fail("--compare-to",
+      return fail(option,
                   fmt::format("its micro-batch × data-parallel size {}·{} = {} does not divide the training file's "
-                              "global batch {}; give --job-from-flags to tune the flags' job (global batch {})",
+                              "global batch {}; give --job-from-flags for the flags' job (global batch {})",
                               p.micro_batch_size, p.dp, per_step, c.training.global_batch_size,
                               per_step * p.grad_accum_steps));
     const int64_t g = c.training.global_batch_size / per_step;

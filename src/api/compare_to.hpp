@@ -28,9 +28,11 @@ struct CurrentImport {
 // `compare_to`: Megatron-LM flags, or a DeepSpeed JSON file (a name ending in .json) with
 // `megatron_flags` for its TP/PP. With the training file's settings kept and another global batch
 // in the flags, the configuration's gradient accumulation is set to give the file's global batch
-// (an error naming --compare-to when its micro-batch · dp does not divide it).
+// (an error naming `option`, the command's flag that gave the configuration, when its
+// micro-batch · dp does not divide it).
 Result<CurrentImport> import_current(const std::string& compare_to, const std::string& megatron_flags,
-                                     bool job_from_flags, const job::Job& job);
+                                     bool job_from_flags, const job::Job& job,
+                                     const std::string& option = "--compare-to");
 
 // [{"field": ..., "flags": ..., "training_file": ...}, ...] as the JSON outputs carry them.
 Json differences_json(const std::vector<JobDifference>& differences);

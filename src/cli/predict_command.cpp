@@ -40,7 +40,7 @@ Result<Job> load_predict_job(const PredictArgs& a, std::optional<api::CurrentImp
     JobArgs ja = a.job;
     ja.plan.clear();
     MIST_TRY(Job job, load_job(ja));
-    MIST_TRY(current, api::import_current(a.from_megatron, "", a.job_from_flags, job));
+    MIST_TRY(current, api::import_current(a.from_megatron, "", a.job_from_flags, job, "--from-megatron"));
     job.plan = current->imported.plan;
     job.training = current->training;
     return job;

@@ -194,6 +194,14 @@ TEST(Cli, PredictFromMegatronFlags) {
                      kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json", "--job-from-flags"});
   EXPECT_EQ(stray.code, kExitInvalidInput);
   EXPECT_NE(stray.err.find("--job-from-flags"), std::string::npos) << stray.err;
+  // A micro-batch · dp (3·2) that does not divide the file's global batch names the option given.
+  auto odd = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
+                   kExamples + "training_gpt.json", "--from-megatron",
+                   "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --micro-batch-size 3 "
+                   "--global-batch-size 510 --bf16"});
+  EXPECT_EQ(odd.code, kExitInvalidInput);
+  EXPECT_EQ(odd.err.find("--compare-to"), std::string::npos) << odd.err;
+  EXPECT_NE(odd.err.find("--from-megatron"), std::string::npos) << odd.err;
   // Neither or both of --plan and --from-megatron is a usage error.
   auto both = mist({"predict", "--model", "gpt3-13b", "--cluster", kExamples + "cluster_2x8_a100.json", "--training",
                     kExamples + "training_gpt.json", "--plan", kExamples + "plan_gpt13b_2x8.json", "--from-megatron",
