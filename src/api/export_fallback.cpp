@@ -10,7 +10,7 @@ namespace mist::api {
 
 Outcome<ExportFallback> export_fallback(const job::Job& job, engines::Engine e) {
   ExportFallback f;
-  f.nearest = engines::nearest_expressible(job.plan, e, &job.training);
+  f.nearest = engines::nearest_expressible(job.plan, e, &job.training, &job.model);
   TuneRequest request;  // `mist tune --engine E`'s defaults
   request.engine = engines::to_string(e);
   request.calibration.engine = request.engine;

@@ -16,7 +16,9 @@ namespace mist::cli {
 std::string plan_one_line(const plan::Plan& p) {
   std::string out = fmt::format("dp {} × tp {}{} × pp {}", p.dp, p.tp, p.sequence_parallel ? " (sequence parallel)" : "",
                                 p.pp);
-  if (p.cp > 1) out += fmt::format(" × cp {}", p.cp);
+  if (p.cp > 1)
+    out += fmt::format(" × cp {}{}", p.cp,
+                       p.cp_comm != plan::CpComm::kRing ? fmt::format(" ({})", plan::to_string(p.cp_comm)) : "");
   if (p.ep > 1 || p.etp > 1) out += fmt::format(", experts over ep {} etp {}", p.ep, p.etp);
   out += fmt::format("; micro-batch {}, {} per iteration", p.micro_batch_size, p.grad_accum_steps);
   if (p.virtual_pipeline_stages > 1) out += fmt::format("; interleaved, {} chunks per stage", p.virtual_pipeline_stages);

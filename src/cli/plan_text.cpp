@@ -26,8 +26,8 @@ std::string plan_compact(const plan::Plan& p) {
 std::string plan_legend() {
   return "legend: dp, tp, pp data-, tensor- and pipeline-parallel degrees (v interleaved model chunks per stage, "
          "cp context-parallel,\n"
-         "  ep/etp expert-parallel degrees); mb micro-batch size; G micro-batches per iteration; sel selective "
-         "recompute;\n"
+         "  with a2a or all_gather its K/V exchange when not the ring, ep/etp expert-parallel degrees); mb micro-batch "
+         "size;\n  G micro-batches per iteration; sel selective recompute;\n"
          "  zero the ZeRO level of each stage; ckpt fully recomputed/layers of each stage; offload sN:w/g/o/a the "
          "fractions of\n"
          "  weights/gradients/optimizer states/activations stage N keeps in host memory; gap: slower than #1; "
@@ -67,7 +67,11 @@ std::string plan_in_words(const plan::Plan& p) {
                                 p.sequence_parallel && p.tp > 1 ? " (sequence parallel)" : "", p.pp,
                                 p.pp > 1 ? "s" : "");
   if (p.virtual_pipeline_stages > 1) out += fmt::format(" of {} interleaved chunks", p.virtual_pipeline_stages);
-  if (p.cp > 1) out += fmt::format(" × {}-way context parallel", p.cp);
+  if (p.cp > 1)
+    out += fmt::format(" × {}-way context parallel{}", p.cp,
+                       p.cp_comm == plan::CpComm::kAllToAll    ? " (a2a: heads over an all-to-all)"
+                       : p.cp_comm == plan::CpComm::kAllGather ? " (K/V all-gathered)"
+                                                               : "");
   if (p.ep > 1 || p.etp > 1)
     out += fmt::format("; experts {}-way expert parallel × {}-way expert tensor parallel", p.ep, p.etp);
   out += fmt::format("; micro-batches of {} sequence{}, {} per iteration", p.micro_batch_size,

@@ -24,7 +24,9 @@ std::string parameter_summary(const spec::ModelSpec& m) {
 }
 
 std::string extra_degrees_text(const plan::Plan& p) {
-  return (p.cp > 1 ? fmt::format(" cp {}", p.cp) : std::string()) +
+  // The K/V exchange when it is not the ring (plan.cp_comm).
+  const std::string comm = p.cp_comm != plan::CpComm::kRing ? fmt::format(" {}", plan::to_string(p.cp_comm)) : "";
+  return (p.cp > 1 ? fmt::format(" cp {}{}", p.cp, comm) : std::string()) +
          (p.ep > 1 || p.etp > 1 ? fmt::format(" ep {} etp {}", p.ep, p.etp) : std::string());
 }
 

@@ -132,13 +132,16 @@ void set_split(Walk& w, const std::vector<int64_t>& layers, std::string why) {
 bool grads_reduced(const Plan& p) { return plan::grad_dp(p) > 1; }
 bool params_gathered(const Plan& p) { return plan::grad_dp(p) > 1 && p.stages[0].zero >= 1; }
 
-// Context parallelism folded into data parallelism (an engine without CP): the cp ranks of each
+// Context parallelism folded into data parallelism (CP the engine cannot run): the cp ranks of each
 // sequence become data-parallel ranks, so each holds cp times fewer micro-batches, or smaller ones.
 void fold_cp_into_dp(Walk& w, std::string why) {
   const int64_t cp = w.p.cp;
   if (cp == 1) return;
   const int64_t per_rank = w.p.micro_batch_size * w.p.grad_accum_steps;  // sequences per dp rank
-  if (per_rank % cp != 0) return;  // no whole split: the reason stays
+  if (per_rank % cp != 0) {  // no whole split: the plan stays, and so does the reason
+    w.reasons.push_back({"plan.cp", std::move(why)});
+    return;
+  }
   const int64_t want = per_rank / cp;
   int64_t b = std::min(w.p.micro_batch_size, want);
   while (want % b != 0) --b;
@@ -208,9 +211,36 @@ void megatron_rules(Walk& w, const spec::TrainingSpec* t) {
   }
 }
 
-void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
-  fold_cp_into_dp(w, "Megatron-DeepSpeed splits sequences with DeepSpeed-Ulysses (all-to-all over heads), not "
-                     "the K/V ring mist models");
+// DeepSpeed-Ulysses, Megatron-DeepSpeed's context parallelism (EngineCaps::cp): q, k, v and the
+// output moved between sequence- and head-sharded by all-to-alls, i.e. plan.cp_comm a2a. Where the
+// plan's tp or pp, or the model's heads, rule it out, the CP ranks become data-parallel ranks;
+// another exchange becomes the all-to-all.
+void ulysses_rules(Walk& w, const spec::TrainingSpec* t, const spec::ModelSpec* m) {
+  const engines::CpCaps& caps = engine_caps(Engine::kDeepSpeed).cp;
+  if (w.p.cp == 1) return;
+  if ((!caps.with_tp && w.p.tp > 1) || (!caps.with_pp && w.p.pp > 1))
+    return fold_cp_into_dp(w, "Megatron-DeepSpeed's context parallelism, DeepSpeed-Ulysses "
+                              "(--ds-sequence-parallel-size), runs without tensor or pipeline parallelism "
+                              "(initialize_model_parallel asserts tp = pp = 1)");
+  if (m && !caps.grouped_kv && m->num_kv_heads != m->num_heads)
+    return fold_cp_into_dp(w, fmt::format("Megatron-DeepSpeed's DeepSpeed-Ulysses attention needs as many key/value "
+                                          "heads as heads (ParallelAttention asserts it); {} has {} for {}",
+                                          m->name, m->num_kv_heads, m->num_heads));
+  if (m && t)
+    if (auto ok = plan::check_cp(*m, *t, w.p.cp, caps.nearest, w.p.tp); !ok && ok.error().path == "plan.cp_comm")
+      return fold_cp_into_dp(w, "DeepSpeed-Ulysses (--ds-sequence-parallel-size) is the all-to-all over heads: " +
+                                    ok.error().message);
+  if (!caps.runs(w.p.cp_comm)) {
+    w.note("plan.cp_comm",
+           "Megatron-DeepSpeed's context parallelism is DeepSpeed-Ulysses (--ds-sequence-parallel-size), an "
+           "all-to-all over heads",
+           fmt::format("{} -> {}", plan::to_string(w.p.cp_comm), plan::to_string(caps.nearest)));
+    w.p.cp_comm = caps.nearest;
+  }
+}
+
+void deepspeed_rules(Walk& w, const spec::TrainingSpec* t, const spec::ModelSpec* m) {
+  ulysses_rules(w, t, m);
   one_zero_level(w, Engine::kDeepSpeed);
   if (w.p.pp > 1 && w.p.stages[0].zero > 1)
     set_zero(w, 1, "DeepSpeed's pipeline engine runs ZeRO 0 or 1 only");
@@ -273,10 +303,11 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t) {
 
 void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
   one_zero_level(w, Engine::kTorchtitan);
-  if (w.p.cp > 1 && w.p.cp_comm != plan::CpComm::kRing) {
+  const engines::CpCaps& cp = engine_caps(Engine::kTorchtitan).cp;
+  if (w.p.cp > 1 && !cp.runs(w.p.cp_comm)) {
     w.note("plan.cp_comm", "torchtitan's context parallelism is PyTorch's ring attention (its all-gather rotation) "
-                           "only", fmt::format("{} -> ring", plan::to_string(w.p.cp_comm)));
-    w.p.cp_comm = plan::CpComm::kRing;
+                           "only", fmt::format("{} -> {}", plan::to_string(w.p.cp_comm), plan::to_string(cp.nearest)));
+    w.p.cp_comm = cp.nearest;
   }
   if (w.p.cp > 1 && w.p.stages[0].zero == 0)
     set_zero(w, 2, "torchtitan applies FSDP whenever context parallelism is on, sharding over dp_shard·cp "
@@ -338,12 +369,12 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
   drop_selective_with_full(w, "torchtitan runs one activation-checkpoint mode, full or selective, not both");
 }
 
-Walk walk(const Plan& p, Engine e, const spec::TrainingSpec* t) {
+Walk walk(const Plan& p, Engine e, const spec::TrainingSpec* t, const spec::ModelSpec* m) {
   Walk w{p, {}, {}};
   if (w.p.stages.empty()) return w;
   switch (e) {
     case Engine::kMegatron: megatron_rules(w, t); break;
-    case Engine::kDeepSpeed: deepspeed_rules(w, t); break;
+    case Engine::kDeepSpeed: deepspeed_rules(w, t, m); break;
     case Engine::kTorchtitan: torchtitan_rules(w, t); break;
   }
   return w;
@@ -375,8 +406,9 @@ std::vector<int64_t> megatron_ckpt_layers(const Plan& p, int64_t n) {
   return out;
 }
 
-std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::TrainingSpec* t) {
-  auto reasons = walk(p, e, t).reasons;
+std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::TrainingSpec* t,
+                                         const spec::ModelSpec* m) {
+  auto reasons = walk(p, e, t, m).reasons;
   if (e == Engine::kTorchtitan && t && t->precision == spec::Dtype::kFp16)
     reasons.push_back({"training.precision", "torchtitan trains in bf16 or fp32 (training.mixed_precision_param), "
                                              "not fp16"});
@@ -395,15 +427,16 @@ std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::Tr
   return reasons;
 }
 
-bool expressible(const Plan& p, Engine e, std::vector<Error>* why, const spec::TrainingSpec* t) {
-  auto reasons = inexpressible_reasons(p, e, t);
+bool expressible(const Plan& p, Engine e, std::vector<Error>* why, const spec::TrainingSpec* t,
+                 const spec::ModelSpec* m) {
+  auto reasons = inexpressible_reasons(p, e, t, m);
   const bool ok = reasons.empty();
   if (why) *why = std::move(reasons);
   return ok;
 }
 
-Nearest nearest_expressible(const Plan& p, Engine e, const spec::TrainingSpec* t) {
-  auto w = walk(p, e, t);
+Nearest nearest_expressible(const Plan& p, Engine e, const spec::TrainingSpec* t, const spec::ModelSpec* m) {
+  auto w = walk(p, e, t, m);
   return {std::move(w.p), std::move(w.changes)};
 }
 

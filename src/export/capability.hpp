@@ -11,6 +11,7 @@
 
 #include "export/engine.hpp"
 #include "plan/plan.hpp"
+#include "spec/model.hpp"
 #include "spec/training.hpp"
 
 namespace mist::engines {
@@ -22,15 +23,18 @@ struct Nearest {
 
 // Why engine `e` cannot run `p`; empty when it can. Each error names the plan field at fault
 // (or training.* for what no plan can change, e.g. fp16 on torchtitan). `t`, when given, adds the
-// checks that depend on the training setup (precision, optimizer, mixed precision).
-std::vector<Error> inexpressible_reasons(const plan::Plan& p, Engine e, const spec::TrainingSpec* t = nullptr);
+// checks that depend on the training setup (precision, optimizer, mixed precision); `m`, those
+// that depend on the model's shape (DeepSpeed-Ulysses' heads: EngineCaps::cp).
+std::vector<Error> inexpressible_reasons(const plan::Plan& p, Engine e, const spec::TrainingSpec* t = nullptr,
+                                         const spec::ModelSpec* m = nullptr);
 
 bool expressible(const plan::Plan& p, Engine e, std::vector<Error>* why = nullptr,
-                 const spec::TrainingSpec* t = nullptr);
+                 const spec::TrainingSpec* t = nullptr, const spec::ModelSpec* m = nullptr);
 
 // The closest plan `e` can run (see the top of this file). Training-level reasons cannot be
 // fixed by a plan and stay in inexpressible_reasons. nearest(nearest(p)) == nearest(p).
-Nearest nearest_expressible(const plan::Plan& p, Engine e, const spec::TrainingSpec* t = nullptr);
+Nearest nearest_expressible(const plan::Plan& p, Engine e, const spec::TrainingSpec* t = nullptr,
+                            const spec::ModelSpec* m = nullptr);
 
 // `p` with the fields that have no effect set to mist's defaults: overlap_grad_reduce without data
 // parallelism (true), overlap_param_gather without ZeRO or data parallelism (true),

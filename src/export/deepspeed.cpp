@@ -1,5 +1,6 @@
 #include "export/deepspeed.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -16,7 +17,7 @@ using detail::add;
 
 // Megatron-DeepSpeed @ f4157bea megatron/arguments.py; --deepspeed and --deepspeed_config come
 // from DeepSpeed @ 38327e07 deepspeed/__init__.py (add_config_arguments).
-constexpr std::array<FlagSpec, 36> kFlags{{
+constexpr std::array<FlagSpec, 41> kFlags{{
     {"--deepspeed", false},
     {"--deepspeed_config", true},
     {"--tensor-model-parallel-size", true},
@@ -25,6 +26,11 @@ constexpr std::array<FlagSpec, 36> kFlags{{
     {"--num-layers-per-virtual-pipeline-stage", true},
     {"--sequence-parallel", false},
     {"--ds-sequence-parallel-size", true},
+    {"--use-flash-attn-v2", false},
+    {"--use-flash-attn", false},
+    {"--use-flash-attn-v1", false},
+    {"--use-flash-attn-triton", false},
+    {"--use-flash-attn-builder", false},
     {"--micro-batch-size", true},
     {"--global-batch-size", true},
     {"--seq-length", true},
@@ -77,6 +83,10 @@ constexpr std::array<std::string_view, 16> kKeys{
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
 
+// Megatron-DeepSpeed's switches to flash attention (arguments.py:927-935; --use-flash-attn is -v1).
+constexpr std::array<std::string_view, 5> kFlashFlags{"--use-flash-attn-v2", "--use-flash-attn", "--use-flash-attn-v1",
+                                                      "--use-flash-attn-triton", "--use-flash-attn-builder"};
+
 // "auto" is what Hugging Face's Trainer fills in; read as not given.
 bool is_auto(const JsonFields& f, std::string_view key, std::vector<std::string>& notes) {
   if (!f.has(key) || !f.raw(key).is_string() || f.raw(key) != "auto") return false;
@@ -124,6 +134,35 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const s
 // tp = 1 and raises on CUDA without CUDA_DEVICE_MAX_CONNECTIONS=1 when it is on.
 bool needs_single_connection(const plan::Plan& p) { return p.sequence_parallel && p.tp > 1; }
 
+// --ds-sequence-parallel-size `sp` (DeepSpeed-Ulysses) against what Megatron-DeepSpeed runs with it:
+// tp = pp = 1 (initialize_model_parallel asserts it, megatron/core/parallel_state.py:146), the
+// plain model (GPTModelPipe's get_batch_pipe does not split the sequence over the SP ranks), as
+// many key/value heads as heads and sp dividing them (ParallelAttention, megatron/model/
+// transformer.py:618, :729), sp dividing the GPUs left (`dp_sp`).
+Result<void> check_ulysses(const spec::ModelSpec& m, int64_t tp, int64_t pp, bool pipe, int64_t sp, int64_t dp_sp) {
+  if (sp == 1) return {};
+  const std::string_view flag = "--ds-sequence-parallel-size";
+  if (tp > 1 || pp > 1)
+    return fail(std::string(flag), fmt::format("{} with tensor × pipeline parallel size {}·{}: Megatron-DeepSpeed "
+                                               "runs DeepSpeed-Ulysses without either (initialize_model_parallel "
+                                               "asserts tp = pp = 1)", sp, tp, pp));
+  if (pipe)
+    return fail(std::string(flag), "needs --no-pipeline-parallel: the pipeline model's batches (get_batch_pipe) are "
+                                   "not split over the sequence-parallel ranks");
+  if (m.num_kv_heads != m.num_heads)
+    return fail(std::string(flag), fmt::format("model {} has {} key/value heads for {} heads: Megatron-DeepSpeed's "
+                                               "Ulysses attention asserts as many of each", m.name, m.num_kv_heads,
+                                               m.num_heads));
+  if (m.num_heads % sp != 0)
+    return fail(std::string(flag), fmt::format("{} does not divide model {}'s {} heads (Megatron-DeepSpeed asserts "
+                                               "num_attention_heads % sp == 0: each rank attends with heads / sp)",
+                                               sp, m.name, m.num_heads));
+  if (dp_sp % sp != 0)
+    return fail(std::string(flag), fmt::format("{} does not divide the {} GPUs left by tensor and pipeline parallelism",
+                                               sp, dp_sp));
+  return {};
+}
+
 }  // namespace
 
 std::span<const FlagSpec> megatron_deepspeed_flag_specs() { return kFlags; }
@@ -162,6 +201,13 @@ std::vector<Option> megatron_deepspeed_options(const spec::ModelSpec& m, const s
   add(o, "--pipeline-model-parallel-size", p.pp);
   if (p.pp == 1) add(o, "--no-pipeline-parallel");  // the plain model: ZeRO-2/3 and block recompute work
   if (p.sequence_parallel) add(o, "--sequence-parallel");
+  if (p.cp > 1) {
+    // DeepSpeed-Ulysses (cp_comm a2a, tp = pp = 1: capability.cpp ulysses_rules) over flash
+    // attention, which mist's context parallelism assumes (plan::check_cp); without a flash flag
+    // Megatron-DeepSpeed runs its CoreAttention, the s×s scores in memory.
+    add(o, "--ds-sequence-parallel-size", p.cp);
+    add(o, "--use-flash-attn-v2");
+  }
   add(o, "--micro-batch-size", p.micro_batch_size);
   add(o, "--global-batch-size", p.micro_batch_size * p.dp * p.grad_accum_steps);
   add(o, "--seq-length", t.seq_length);
@@ -190,13 +236,20 @@ std::vector<Option> megatron_deepspeed_options(const spec::ModelSpec& m, const s
 }
 
 std::vector<std::string> deepspeed_notes(const spec::ModelSpec& m, const spec::TrainingSpec& t, const plan::Plan& p) {
-  std::vector<std::string> notes{
-      "the JSON alone runs data parallelism and ZeRO; tensor and pipeline parallelism and recompute come "
-      "from the model code: the Megatron-DeepSpeed flags give them"};
+  std::vector<std::string> notes{fmt::format(
+      "the JSON alone runs data parallelism and ZeRO; tensor{} pipeline parallelism and recompute come "
+      "from the model code: the Megatron-DeepSpeed flags give them", p.cp > 1 ? ", sequence and" : " and")};
   if (needs_single_connection(p))
     notes.push_back(detail::single_device_connection_note(
         "Megatron-DeepSpeed raises without it when sequence parallelism is on"));
   if (auto n = detail::position_embeddings_note(m, t)) notes.push_back(*n);
+  if (p.cp > 1)
+    notes.push_back(fmt::format(
+        "--ds-sequence-parallel-size {}: DeepSpeed-Ulysses (deepspeed/sequence/layer.py DistributedAttention), q, k, "
+        "v and the output moved between sequence- and head-sharded by all-to-alls, each rank attending over the "
+        "whole sequence with {} of the {} heads; gradients are reduced, and ZeRO shards, over the dp·sp = {} ranks "
+        "(the sequence-data-parallel group); train_batch_size counts the dp = {} data-parallel ranks only",
+        p.cp, m.num_heads / p.cp, m.num_heads, plan::grad_dp(p), p.dp));
   if (p.pp > 1) {
     std::vector<std::string> layers;
     for (const auto& s : p.stages) layers.push_back(std::to_string(s.num_layers));
@@ -230,7 +283,6 @@ Result<ImportedJob> import_deepspeed(const Json& config, std::string_view text, 
   MIST_TRY(auto tp, f.integer("--tensor-model-parallel-size", 1, 1024));
   MIST_TRY(auto pp, f.integer("--pipeline-model-parallel-size", 1, 100000));
   MIST_TRY(auto sp, f.integer("--ds-sequence-parallel-size", 1, 1024));
-  if (sp.value_or(1) > 1) return fail("--ds-sequence-parallel-size", "mist's plans have no Ulysses sequence parallelism");
   p.tp = tp.value_or(1);
   p.pp = pp.value_or(1);
   const bool pipe = with_flags && !f.has("--no-pipeline-parallel");  // GPTModelPipe on DeepSpeed's engine
@@ -238,8 +290,12 @@ Result<ImportedJob> import_deepspeed(const Json& config, std::string_view text, 
     return fail("--no-pipeline-parallel", "needs --pipeline-model-parallel-size 1");
   if (f.has("--num-layers-per-virtual-pipeline-stage") && pipe)
     return fail("--num-layers-per-virtual-pipeline-stage", "DeepSpeed's pipeline engine has no interleaved schedule");
-  MIST_TRY(p.dp, detail::data_parallel(p.tp, p.pp, c, "--tensor-model-parallel-size",
-                                               "--pipeline-model-parallel-size"));
+  MIST_TRY(const int64_t dp_sp, detail::data_parallel(p.tp, p.pp, c, "--tensor-model-parallel-size",
+                                                      "--pipeline-model-parallel-size"));
+  MIST_CHECK(check_ulysses(m, p.tp, p.pp, pipe, sp.value_or(1), dp_sp));
+  p.cp = sp.value_or(1);
+  if (p.cp > 1) p.cp_comm = plan::CpComm::kAllToAll;
+  p.dp = dp_sp / p.cp;
   p.sequence_parallel = f.has("--sequence-parallel");
 
   // Batch: DeepSpeed derives the third of batch = micro batch × accumulation × dp from two.
@@ -395,6 +451,11 @@ Result<ImportedJob> import_deepspeed(const Json& config, std::string_view text, 
     out.notes.push_back(what + ".zero_optimization.offload_optimizer without --cpu-optimizer: DeepSpeed refuses "
                         "Megatron-DeepSpeed's GPU Adam under ZeRO-Offload (ZeRORuntimeException, "
                         "zero_force_ds_cpu_optimizer); read as offloaded");
+  const bool flash = std::any_of(kFlashFlags.begin(), kFlashFlags.end(), [&](auto flag) { return f.has(flag); });
+  if (p.cp > 1 && !flash)
+    out.notes.push_back("--ds-sequence-parallel-size without --use-flash-attn-v2 (or -v1, -triton, -builder): "
+                        "Megatron-DeepSpeed then attends with CoreAttention, the s×s scores in memory; mist's context "
+                        "parallelism is modelled on flash attention (training.flash_attention)");
   if (!with_flags)
     out.notes.push_back("without Megatron-DeepSpeed flags: data parallelism only; recompute is the model code's "
                         "choice and is taken as none");

@@ -1,6 +1,7 @@
 // DeepSpeed (microsoft/DeepSpeed @ kDeepSpeedSource.commit): plans to a JSON config and back. Tensor
-// and pipeline parallelism and recompute live in the model code; mist speaks Megatron-DeepSpeed's
-// flags for them (microsoft/Megatron-DeepSpeed @ kMegatronDeepSpeedSource.commit).
+// and pipeline parallelism, DeepSpeed-Ulysses' sequence parallelism (plan.cp with cp_comm a2a) and
+// recompute live in the model code; mist speaks Megatron-DeepSpeed's flags for them
+// (microsoft/Megatron-DeepSpeed @ kMegatronDeepSpeedSource.commit).
 #pragma once
 
 #include <span>

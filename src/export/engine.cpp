@@ -28,11 +28,21 @@ constexpr EngineCaps kMegatronCaps{
                 .optimizer_fraction_min_zero = 1,
                 .tied_whole = false,
                 .activations_by_block = true},
+    // --cp-comm-type p2p | a2a | all_gather with any tp and pp (TransformerConfig.cp_comm_type).
+    .cp = {.comms = {true, true, true},
+           .nearest = plan::CpComm::kRing,
+           .with_tp = true,
+           .with_pp = true,
+           .grouped_kv = true},
 };
 
 // DeepSpeed @ 38327e07 with Megatron-DeepSpeed @ f4157bea: the pipeline engine asserts ZeRO < 2,
 // has no interleaving and partitions by type; offload_optimizer.ratio < 1 only with ZeRO-3;
-// offload_param only with ZeRO-3.
+// offload_param only with ZeRO-3. Context parallelism is DeepSpeed-Ulysses
+// (--ds-sequence-parallel-size: deepspeed/sequence/layer.py DistributedAttention, an all-to-all of
+// q, k, v and the output over heads): initialize_model_parallel asserts tp = pp = 1
+// (megatron/core/parallel_state.py:146) and ParallelAttention as many key/value heads as heads
+// (megatron/model/transformer.py:729, projection_size == kv_projection_size).
 constexpr EngineCaps kDeepSpeedCaps{
     .engine = Engine::kDeepSpeed,
     .zero_levels = {true, true, true, true},
@@ -51,13 +61,19 @@ constexpr EngineCaps kDeepSpeedCaps{
                 .optimizer_fraction_min_zero = 3,
                 .tied_whole = false,
                 .activations_by_block = false},
+    .cp = {.comms = {false, true, false},
+           .nearest = plan::CpComm::kAllToAll,
+           .with_tp = false,
+           .with_pp = false,
+           .grouped_kv = false},
 };
 
 // torchtitan @ b5bcd76c: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2) or DDP
 // replication; full activation checkpointing wraps every block; selective AC is its op-level policy
 // (distributed/activation_checkpoint.py SelectiveAC: keeps the attention kernel and every other
 // matmul), which is what a plan's "selective" means for this engine (graph::SelectivePolicy), never
-// mixed with full; CPU offload moves parameters, gradients and optimizer states.
+// mixed with full; CPU offload moves parameters, gradients and optimizer states; context
+// parallelism is PyTorch's ring attention (context_parallel_degree) only.
 constexpr EngineCaps kTorchtitanCaps{
     .engine = Engine::kTorchtitan,
     .zero_levels = {true, false, true, true},
@@ -76,6 +92,11 @@ constexpr EngineCaps kTorchtitanCaps{
                 .optimizer_fraction_min_zero = 3,
                 .tied_whole = true,
                 .activations_by_block = false},
+    .cp = {.comms = {true, false, false},
+           .nearest = plan::CpComm::kRing,
+           .with_tp = true,
+           .with_pp = true,
+           .grouped_kv = true},
 };
 
 }  // namespace

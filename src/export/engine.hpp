@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/result.hpp"
+#include "plan/plan.hpp"
 #include "spec/engine.hpp"
 
 namespace mist::engines {
@@ -59,6 +60,16 @@ struct OffloadCaps {
   bool activations_by_block = false;    // whole blocks of activations, one stage, no recompute
 };
 
+// What an engine runs of context parallelism (plan.cp > 1).
+struct CpCaps {
+  std::array<bool, 3> comms;  // the K/V exchanges it implements, by plan::CpComm (ring, a2a, all_gather)
+  plan::CpComm nearest;       // the one another exchange becomes (capability's nearest plan)
+  bool with_tp;               // cp > 1 together with tp > 1
+  bool with_pp;               // cp > 1 together with pp > 1
+  bool grouped_kv;            // cp > 1 on a model with fewer key/value heads than heads
+  bool runs(plan::CpComm c) const { return comms[static_cast<size_t>(c)]; }
+};
+
 // What an engine can execute of mist's plan space.
 struct EngineCaps {
   Engine engine;
@@ -71,6 +82,7 @@ struct EngineCaps {
   bool selective_recompute;         // plan.recompute = selective, as the engine defines it
   bool selective_with_full;         // selective on some blocks and full on others at once
   OffloadCaps offload;
+  CpCaps cp;
 };
 
 const EngineCaps& engine_caps(Engine e);

@@ -21,7 +21,7 @@ std::string model_refusal(Engine e, const spec::ModelSpec& m) {
 }  // namespace
 
 bool runs(Engine e, const job::Job& job) {
-  return model_refusal(e, job.model).empty() && inexpressible_reasons(job.plan, e, &job.training).empty();
+  return model_refusal(e, job.model).empty() && inexpressible_reasons(job.plan, e, &job.training, &job.model).empty();
 }
 
 std::vector<Engine> runnable_on(const job::Job& job) {
@@ -37,9 +37,9 @@ Result<ExportResult> export_plan(Engine e, const job::Job& job, const ExportOpti
   MIST_CHECK(plan::validate_plan(p, m, c, t));
   if (std::string why = model_refusal(e, m); !why.empty()) return fail("--to", why);
   ExportResult r;
-  r.reasons = inexpressible_reasons(p, e, &t);
+  r.reasons = inexpressible_reasons(p, e, &t, &m);
   if (!r.reasons.empty()) {
-    Nearest n = nearest_expressible(p, e, &t);
+    Nearest n = nearest_expressible(p, e, &t, &m);
     if (n.plan != p) r.nearest = std::move(n);
     return r;
   }

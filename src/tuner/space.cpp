@@ -2,6 +2,21 @@
 
 namespace mist::tuner {
 
+namespace {
+
+// Context parallelism as engine `e` runs it (EngineCaps::cp).
+void restrict_cp(SearchSpace& s, engines::Engine e) {
+  const engines::CpCaps& caps = engines::engine_caps(e).cp;
+  s.cp_comm.clear();
+  for (auto c : {plan::CpComm::kRing, plan::CpComm::kAllToAll, plan::CpComm::kAllGather})
+    if (caps.runs(c)) s.cp_comm.push_back(c);
+  s.cp_with_tp = caps.with_tp;
+  s.cp_with_pp = caps.with_pp;
+  s.cp_with_grouped_kv = caps.grouped_kv;
+}
+
+}  // namespace
+
 Result<SearchSpace> named_space(const std::string& name) {
   SearchSpace s;
   s.name = name;
@@ -16,7 +31,7 @@ Result<SearchSpace> named_space(const std::string& name) {
   }
   if (name == "deepspeed") {
     s.virtual_stages = {1};
-    s.cp = {1};  // Megatron-DeepSpeed's context parallelism is DeepSpeed-Ulysses, not modelled
+    restrict_cp(s, engines::Engine::kDeepSpeed);  // DeepSpeed-Ulysses (--ds-sequence-parallel-size)
     s.tp = {1};
     s.max_pp = 1;
     s.recompute = {plan::Recompute::kNone};
@@ -62,7 +77,6 @@ SearchSpace engine_space(engines::Engine e) {
       // The pipeline engine partitions the blocks itself and runs ZeRO 0 or 1 only.
       s.split_rule = SplitRule::kDeepSpeedPartition;
       s.max_zero_with_pp = engines::engine_caps(e).max_zero_with_pp;
-      s.cp = {1};  // its sequence parallelism is DeepSpeed-Ulysses (heads over an all-to-all), not modelled
       break;
     case Engine::kTorchtitan:
       // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward), with all its state on the CPU
@@ -73,6 +87,7 @@ SearchSpace engine_space(engines::Engine e) {
       s.ckpt_all_or_nothing = true;
       break;
   }
+  restrict_cp(s, e);
   return s;
 }
 
@@ -93,13 +108,26 @@ std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space
   return out;
 }
 
+std::vector<plan::CpComm> cp_exchanges(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
+                                       int64_t cp, int64_t tp) {
+  if (cp == 1) return {plan::CpComm::kRing};
+  std::vector<plan::CpComm> out;
+  for (auto comm : space.cp_comm)
+    if (plan::check_cp(m, t, cp, comm, tp)) out.push_back(comm);
+  return out;
+}
+
 std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
-                                int64_t gpus, int64_t tp) {
+                                int64_t gpus, int64_t tp, int64_t pp) {
   std::vector<int64_t> out;
   for (int64_t cp : space.cp) {
     if (cp < 1 || (gpus / tp) % cp) continue;
-    if (cp > 1 && t.seq_length / cp < space.min_cp_tokens) continue;
-    if (!plan::check_cp(m, t, cp)) continue;
+    if (cp > 1) {
+      if (t.seq_length / cp < space.min_cp_tokens) continue;
+      if ((tp > 1 && !space.cp_with_tp) || (pp > 1 && !space.cp_with_pp)) continue;
+      if (m.num_kv_heads != m.num_heads && !space.cp_with_grouped_kv) continue;
+      if (cp_exchanges(space, m, t, cp, tp).empty()) continue;
+    }
     if (tp > 1 && (t.seq_length / cp) % tp) continue;  // sequence parallelism splits each rank's tokens
     out.push_back(cp);
   }
@@ -110,38 +138,43 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
                                 const spec::TrainingSpec& t) {
   std::vector<plan::Plan> out;
   const int64_t n = c.num_gpus();
+  // Every (micro-batch, chunks, recompute, experts, exchange) of one (tp, pp, cp).
+  auto add = [&](int64_t tp, int64_t pp, int64_t cp) {
+    const int64_t dp = n / tp / pp / cp;
+    const auto comms = cp_exchanges(space, m, t, cp, tp);
+    for (int64_t b : space.micro_batch) {
+      if (t.global_batch_size % (b * dp)) continue;
+      const int64_t G = t.global_batch_size / (b * dp);
+      for (int64_t v : space.virtual_stages) {
+        if (v < 1 || (v > 1 && (pp == 1 || m.num_layers % (pp * v) || G % pp))) continue;
+        for (auto rc : space.recompute)
+          for (auto [ep, etp] : expert_degrees(space, m, tp, cp, dp))
+            for (auto comm : comms) {
+              plan::Plan p;
+              p.dp = dp;
+              p.tp = tp;
+              p.pp = pp;
+              p.cp = cp;
+              p.cp_comm = comm;
+              p.ep = ep;
+              p.etp = etp;
+              p.sequence_parallel = tp > 1;
+              p.micro_batch_size = b;
+              p.grad_accum_steps = G;
+              p.virtual_pipeline_stages = v;
+              p.recompute = rc;
+              out.push_back(p);
+            }
+      }
+    }
+  };
   for (int64_t tp : space.tp) {
     if (tp > c.gpus_per_node || n % tp != 0) continue;
     if (!plan::check_tp(m, tp)) continue;
     if (tp > 1 && t.seq_length % tp) continue;  // sequence parallelism splits the sequence
     for (int64_t pp = 1; pp <= std::min<int64_t>(space.max_pp, m.num_layers); ++pp) {
       if ((n / tp) % pp) continue;
-      for (int64_t cp : cp_degrees(space, m, t, n / pp, tp)) {
-        const int64_t dp = n / tp / pp / cp;
-        for (int64_t b : space.micro_batch) {
-          if (t.global_batch_size % (b * dp)) continue;
-          const int64_t G = t.global_batch_size / (b * dp);
-          for (int64_t v : space.virtual_stages) {
-            if (v < 1 || (v > 1 && (pp == 1 || m.num_layers % (pp * v) || G % pp))) continue;
-            for (auto rc : space.recompute)
-              for (auto [ep, etp] : expert_degrees(space, m, tp, cp, dp)) {
-                plan::Plan p;
-                p.dp = dp;
-                p.tp = tp;
-                p.pp = pp;
-                p.cp = cp;
-                p.ep = ep;
-                p.etp = etp;
-                p.sequence_parallel = tp > 1;
-                p.micro_batch_size = b;
-                p.grad_accum_steps = G;
-                p.virtual_pipeline_stages = v;
-                p.recompute = rc;
-                out.push_back(p);
-              }
-          }
-        }
-      }
+      for (int64_t cp : cp_degrees(space, m, t, n / pp, tp, pp)) add(tp, pp, cp);
     }
   }
   return out;

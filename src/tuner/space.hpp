@@ -44,6 +44,12 @@ struct SearchSpace {
   // in docs/tuner.md, not a rule of the engines).
   std::vector<int64_t> cp = {1, 2, 4, 8, 16, 32};
   int64_t min_cp_tokens = 4096;
+  // The K/V exchanges tried at each cp > 1, each as its own layout: those plan::check_cp allows
+  // there (a2a: cp divides each TP rank's heads and key/value heads; ring and all_gather: no
+  // sliding window). An engine's space takes its EngineCaps::cp: the exchanges it runs, and whether
+  // cp > 1 may go with tp > 1, pp > 1 or grouped key/value heads (DeepSpeed-Ulysses: none of them).
+  std::vector<plan::CpComm> cp_comm = {plan::CpComm::kRing, plan::CpComm::kAllToAll, plan::CpComm::kAllGather};
+  bool cp_with_tp = true, cp_with_pp = true, cp_with_grouped_kv = true;
   // Interleaved 1F1B: model chunks per stage (v > 1 needs pp > 1, layers divisible by pp·v and
   // micro-batches divisible by pp, as Megatron-LM; each stage holds whole chunks).
   std::vector<int64_t> virtual_stages = {1, 2, 4};
@@ -63,10 +69,10 @@ struct SearchSpace {
   int pareto_points = 30;               // (T, D) points kept per stage position and layer count
 };
 
-// `mist`: everything; `megatron`: DP/TP/PP, uniform split, one recompute count for all stages,
+// `mist`: everything; `megatron`: DP/TP/PP/CP, uniform split, one recompute count for all stages,
 // distributed optimizer on/off, micro-batch (the sweep a Megatron-LM user does by hand);
-// `deepspeed`: data parallel only, ZeRO 0..3 with optimizer (and, under ZeRO-3, parameter) offload
-// and all-or-nothing checkpointing.
+// `deepspeed`: data parallel (and DeepSpeed-Ulysses' sequence parallel) only, ZeRO 0..3 with
+// optimizer (and, under ZeRO-3, parameter) offload and all-or-nothing checkpointing.
 Result<SearchSpace> named_space(const std::string& name);
 
 // What an engine can run, as a space to search (`mist tune --engine`): one setting for every stage,
@@ -75,13 +81,18 @@ Result<SearchSpace> named_space(const std::string& name);
 // nearest plan the engine can run.
 SearchSpace engine_space(engines::Engine e);
 
-// Context-parallel degrees of `space` for a job on `gpus` GPUs per pipeline stage at tp (dividing
-// gpus / tp; plan::check_cp and, at tp > 1, tp dividing each rank's tokens).
+// Context-parallel degrees of `space` for a job on `gpus` GPUs per pipeline stage at tp and pp
+// (dividing gpus / tp; some exchange of cp_exchanges allowed and, at tp > 1, tp dividing each rank's
+// tokens).
 std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
-                                int64_t gpus, int64_t tp);
-// Parallel layouts to try: dp·tp·pp·cp = GPUs (cp of cp_degrees), tp within a node and dividing heads, kv heads and FFN,
-// pp ≤ layers, micro-batch·dp dividing the global batch; for a mixture of experts, each (ep, etp)
-// of expert_degrees.
+                                int64_t gpus, int64_t tp, int64_t pp = 1);
+// The exchanges of space.cp_comm that plan::check_cp allows at (cp, tp), in the space's order; ring
+// alone at cp = 1 (where it means nothing).
+std::vector<plan::CpComm> cp_exchanges(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
+                                       int64_t cp, int64_t tp);
+// Parallel layouts to try: dp·tp·pp·cp = GPUs (cp of cp_degrees, each with every exchange of
+// cp_exchanges), tp within a node and dividing heads, kv heads and FFN, pp ≤ layers, micro-batch·dp
+// dividing the global batch; for a mixture of experts, each (ep, etp) of expert_degrees.
 std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space, const spec::ModelSpec& m,
                                                         int64_t tp, int64_t cp, int64_t dp);
 std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec& m, const spec::ClusterSpec& c,

@@ -18,8 +18,10 @@ Result<const sym::Program*> MemoryPrograms::get(const plan::Plan& layout, int in
   sym::Bindings fixed =
       analysis::stage_knobs(lowering->model, job_->model(), job_->cluster(), layout, any, index, 0);
   for (const char* k : kInputs) fixed.erase(k);
-  const auto pkey = std::make_tuple(layout.tp, layout.cp, layout.ep, layout.etp, sp, static_cast<int>(layout.recompute),
-                                    fixed.at("E") > 0,
+  // The exchange's buffers are the lowering's (graph::CpExchange): part of the program, not a knob.
+  const int cp_comm = layout.cp > 1 ? static_cast<int>(layout.cp_comm) : 0;
+  const auto pkey = std::make_tuple(layout.tp, layout.cp, cp_comm, layout.ep, layout.etp, sp,
+                                    static_cast<int>(layout.recompute), fixed.at("E") > 0,
                                     fixed.at("H") > 0, fixed.at("T") > 0, fixed.at("Q") > 0);
   auto pit = programs_.find(pkey);
   if (pit != programs_.end()) return &pit->second;

@@ -149,9 +149,10 @@ Result<std::optional<StageChoice>> search_layout(const StageCosts& costs, const 
 std::optional<Candidate> engine_plan(const analysis::PreparedJob& job, engines::Engine e, const StageCosts& costs,
                                      const plan::Plan& p, double objective, double peak, TuneStats& stats) {
   const auto& t = job.training();
-  if (engines::expressible(p, e, nullptr, &t)) return searched(p, objective, peak);
-  plan::Plan near = engines::nearest_expressible(p, e, &t).plan;
-  if (!engines::expressible(near, e, nullptr, &t) || !plan::validate_plan(near, job.model(), job.cluster(), t))
+  const auto& m = job.model();
+  if (engines::expressible(p, e, nullptr, &t, &m)) return searched(p, objective, peak);
+  plan::Plan near = engines::nearest_expressible(p, e, &t, &m).plan;
+  if (!engines::expressible(near, e, nullptr, &t, &m) || !plan::validate_plan(near, m, job.cluster(), t))
     return std::nullopt;
   ++stats.engine_adjusted;
   plan::Plan same_layout = near;

@@ -2,6 +2,7 @@
 // inside what EngineCaps says, and the reasons name plan fields.
 #include <random>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "export/capability.hpp"
@@ -55,6 +56,41 @@ TEST(Capability, NearestPlansStayInsideTheCapabilityData) {
       // Every reason names a plan field.
       for (const auto& r : inexpressible_reasons(p, e, &t)) EXPECT_TRUE(r.path.starts_with("plan")) << r.to_string();
     }
+  }
+}
+
+// Context parallelism: every nearest plan with cp > 1 runs an exchange the engine has, with tp, pp
+// and key/value heads its CpCaps allow; the CP ranks that go become data-parallel ranks; nearest is
+// a fixed point.
+TEST(Capability, NearestCpPlansStayInsideTheCpCaps) {
+  const auto t = testing::training(16, 131072);
+  for (const char* name : {"llama2-7b", "llama3-8b", "llama2-13b"}) {
+    const auto m = testing::model(name);
+    for (int64_t tp : {1, 2})
+      for (int64_t pp : {1, 2})
+        for (int64_t cp : {2, 4, 8, 16})
+          for (auto comm : {plan::CpComm::kRing, plan::CpComm::kAllToAll, plan::CpComm::kAllGather}) {
+            std::vector<int64_t> layers(static_cast<size_t>(pp), m.num_layers / pp);
+            auto p = testing::plan(1, tp, layers, 1, 16, /*zero=*/1);
+            p.cp = cp;
+            p.cp_comm = comm;
+            p.sequence_parallel = tp > 1;
+            for (Engine e : all_engines()) {
+              const CpCaps& caps = engine_caps(e).cp;
+              const auto n = nearest_expressible(p, e, &t, &m).plan;
+              SCOPED_TRACE(fmt::format("{} {} {}", name, to_string(e), plan::plan_to_json(p).dump()));
+              EXPECT_EQ(nearest_expressible(n, e, &t, &m).plan, n);
+              EXPECT_EQ(n.dp * n.cp, p.dp * p.cp);
+              if (n.cp == 1) continue;
+              EXPECT_EQ(n.cp, p.cp);
+              EXPECT_TRUE(caps.runs(n.cp_comm));
+              if (!caps.with_tp) { EXPECT_EQ(n.tp, 1); }
+              if (!caps.with_pp) { EXPECT_EQ(n.pp, 1); }
+              if (!caps.grouped_kv) { EXPECT_EQ(m.num_kv_heads, m.num_heads); }
+              // An exchange the rules chose (not the plan's own) is one the model allows.
+              if (n.cp_comm != p.cp_comm) { EXPECT_TRUE(plan::check_cp(m, t, n.cp, n.cp_comm, n.tp)); }
+            }
+          }
   }
 }
 

@@ -1,6 +1,6 @@
 // Context parallelism in the exports: Megatron-LM's --context-parallel-size with the p2p ring and
 // torchtitan's context_parallel_degree, both imported back to the plan; the importers' refusals;
-// torchtitan's FSDP over dp_shard·cp and DeepSpeed's lack of a ring as capability rules.
+// torchtitan's FSDP over dp_shard·cp and DeepSpeed-Ulysses' heads as capability rules.
 #include <gtest/gtest.h>
 
 #include "export/exchange.hpp"
@@ -113,18 +113,22 @@ TEST(CpExport, TorchtitanShardsOverDpShardTimesCp) {
                "--parallelism.context_parallel_load_balancer", "head-tail");
 }
 
-// DeepSpeed has no K/V ring: its nearest plan gives the CP ranks to data parallelism, keeping the
-// global batch.
-TEST(CpExport, DeepSpeedFoldsCpIntoDataParallelism) {
+// DeepSpeed's context parallelism is DeepSpeed-Ulysses, which Megatron-DeepSpeed runs only with as
+// many key/value heads as heads: for Llama-3-8B (8 of 32) the nearest plan gives the CP ranks to
+// data parallelism, keeping the global batch (tests/export/ulysses_export_test.cpp has the rest).
+TEST(CpExport, DeepSpeedFoldsCpIntoDataParallelismForGroupedKeyValueHeads) {
   auto p = long_plan();
   p.tp = 1;
   p.cp = 8;
   p.sequence_parallel = false;
+  const auto m = model("llama3-8b");
+  const auto t = training(8, 131072);
   std::vector<Error> why;
-  EXPECT_FALSE(expressible(p, Engine::kDeepSpeed, &why));
+  EXPECT_FALSE(expressible(p, Engine::kDeepSpeed, &why, &t, &m));
   ASSERT_FALSE(why.empty());
   EXPECT_EQ(why[0].path, "plan.cp");
-  const auto near = nearest_expressible(p, Engine::kDeepSpeed).plan;
+  EXPECT_NE(why[0].message.find("8 for 32"), std::string::npos) << why[0].message;
+  const auto near = nearest_expressible(p, Engine::kDeepSpeed, &t, &m).plan;
   EXPECT_EQ(near.cp, 1);
   EXPECT_EQ(near.dp, 8);
   EXPECT_EQ(near.micro_batch_size * near.grad_accum_steps * near.dp, 8);

@@ -58,7 +58,10 @@ constexpr std::string_view kMegatronDeepSpeedCommit = "f4157bea69f3df8c6cb66f2eb
 const std::set<std::string> kMegatronDeepSpeedNames{
     "--deepspeed", "--deepspeed_config", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
     "--no-pipeline-parallel", "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel",
-    "--ds-sequence-parallel-size", "--micro-batch-size", "--global-batch-size", "--seq-length", "--zero-stage",
+    "--ds-sequence-parallel-size",  // arguments.py:974, DeepSpeed-Ulysses' degree
+    "--use-flash-attn-v2", "--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-triton",
+    "--use-flash-attn-builder",  // arguments.py:927-935 (--use-flash-attn and -v1 are one switch)
+    "--micro-batch-size", "--global-batch-size", "--seq-length", "--zero-stage",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-activations",
     "--checkpoint-activations", "--checkpoint-num-layers", "--deepspeed-activation-checkpointing", "--cpu-optimizer",
     "--bf16", "--fp16",

@@ -22,7 +22,8 @@ spec::TrainingSpec long_training(int64_t seq) {
 }
 
 // CP degrees leave every rank at least min_cp_tokens, divide the GPUs a stage has left after tp,
-// and let tp split each rank's tokens; DeepSpeed's space has none, and neither does a short job.
+// and let tp split each rank's tokens; DeepSpeed's space has none for Llama-3-8B's grouped key/value
+// heads (DeepSpeed-Ulysses needs as many as heads), and neither does a short job.
 TEST(CpTune, DegreesFollowTheSequence) {
   SearchSpace s;
   const auto m = *spec::catalog_model("llama3-8b");
