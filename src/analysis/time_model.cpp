@@ -54,7 +54,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
         double sum = 0;
         for (const auto& x : xs) {
           const double g = kernel * sym::evaluate_or_zero(x.under, at), c = comm(x.comm);
-          sum += std::max(g, c) + k.overlap_interference * std::min(g, c) - g;
+          sum += overlap_time(g, c, k.interference) - g;
           kernels += x.comm.kind == graph::CommKind::kRingExchange ? 2 * (cp - 1) : 1;
         }
         return sum;
@@ -89,7 +89,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
     // reduce-scatter of the input gradient under the weight-gradient GEMM (the two GEMMs have the
     // same FLOPs: half the backward each). A row-parallel linear's all-gather precedes both GEMMs.
     auto hidden = [&](double gemm, double c) {
-      return std::max(gemm, c) + k.overlap_interference * std::min(gemm, c) - gemm;
+      return overlap_time(gemm, c, k.interference) - gemm;
     };
     const bool column = op.bwd_comm.kind == graph::CommKind::kAllReduce ||
                         op.bwd_comm.kind == graph::CommKind::kReduceScatter;
@@ -106,12 +106,19 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
 
 // Compute overlapped with an NCCL collective and PCIe copies: the two GPU streams slow each other
 // while both run; copy engines do not slow compute.
-double overlapped(double compute, double collective, double h2d, double d2h, double interference) {
-  const double gpu = std::max(compute, collective) + interference * std::min(compute, collective);
+double overlapped(double compute, double collective, double h2d, double d2h, const Interference& f) {
+  const double gpu = overlap_time(compute, collective, f);
   return std::max({gpu, h2d, d2h});
 }
 
 }  // namespace
+
+double overlap_time(double compute, double comm, const Interference& f) {
+  if (compute <= 0 || comm <= 0) return std::max(compute, 0.0) + std::max(comm, 0.0);
+  const double c = compute * f.compute, g = comm * f.collective;  // both alone, slowed
+  // The shorter ends at min(c, g); what the longer has left runs at full speed.
+  return c >= g ? compute + g * (1 - 1 / f.compute) : comm + c * (1 - 1 / f.collective);
+}
 
 double optimizer_step_bytes(const spec::TrainingSpec& t) {
   const double state = optimizer_bytes_per_param(t);  // fp32 master (mixed precision) + moments
@@ -243,7 +250,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   };
   const plan::ShardFactors shard = plan::shard_factors(st.zero, p.dp);
   const plan::ShardFactors shard_x = plan::shard_factors(st.zero, plan::expert_dp(p));
-  const double fi = k.overlap_interference;
+  const Interference& fi = k.interference;
   // TP collectives are serial (Mist's assumption) unless pipelined with their GEMMs.
   const bool tp_hidden = p.overlap_tp_comm && p.tp > 1;
   // Each pass over a layer takes at least what the host spends issuing its kernels.
@@ -327,14 +334,17 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
       // Hidden behind the last backward of the stage's last chunk (all of it when v = 1): an
       // interleaved stage's final chunk runs bwd / v, and so its D falls by at most 1/v of what
       // more compute adds to T (the tuner's pruning relies on it, docs/tuner.md).
-      grad_sync = std::max(grad_sync - bwd / v, grad_sync * bucket);
+      // What runs beside the backward slows it as any overlap does (the interference).
+      const double under = bwd / v;
+      grad_sync = std::max(overlapped(under, grad_sync, 0, 0, fi) - under, grad_sync * bucket);
     }
   }
   if (st.zero >= 1 && st.zero <= 2) {
     param_gather = dp_collective(Collective::kAllGather, stage_dense * wb, stage_exp * wb);
     if (p.overlap_param_gather) {
       const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
-      param_gather = std::max(param_gather - fwd / v, param_gather * bucket);  // the first chunk's forward
+      const double under = fwd / v;  // the first chunk's forward
+      param_gather = std::max(overlapped(under, param_gather, 0, 0, fi) - under, param_gather * bucket);
     }
   }
   const double local = stage_dense / shard.optimizer_states + stage_exp / shard_x.optimizer_states;

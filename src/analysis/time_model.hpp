@@ -21,12 +21,27 @@
 
 namespace mist::analysis {
 
+// Mist's two-stream interference model (reference/mist.md §6.3, compute ∥ GPU-GPU collective):
+// the factors of A100-SXM4-40GB as Mist profiled it (a matmul beside an all-gather, NVLink;
+// Dazz993/Mist benchmark/mist/configs/experiment/template-a100-sxm4-40gb.yaml at 3895557b,
+// interference_model_params[16:18]). Its V100 and L4 profiles give 1.170/1.004 and 1.168/1.000:
+// compute loses 17-29% while a collective runs, the collective almost nothing.
+struct Interference {
+  double compute = 1.2856;
+  double collective = 1.0393;
+};
+
+// The time of `compute` and `comm` (each as it takes alone) overlapped: both run slowed by their
+// factors until the shorter ends, then the rest of the longer runs alone.
+double overlap_time(double compute, double comm, const Interference& f);
+
 struct TimeConstants {
   hardware::PerfConstants perf;
   hardware::CommConstants comm;
-  // Slowdown of two overlapped streams (compute and an NCCL collective share SMs and HBM): each
-  // runs (1 + k) times slower while both run. An assumption until calibrated on a GPU.
-  double overlap_interference = 0.1;
+  // Compute and an NCCL collective overlapped on two streams share SMs and HBM: while both run,
+  // compute is `interference.compute` times slower and the collective `interference.collective`
+  // times (overlap_time below).
+  Interference interference;
   // Megatron's data-parallel gradient buckets (--ddp-bucket-size default: 40M parameters): with
   // overlap, the last bucket's reduction is always exposed.
   double ddp_bucket_params = 40e6;

@@ -158,6 +158,27 @@ TEST(TimeModel, OptimizerStepBytesFollowTheMixedPrecisionRecipe) {
 }
 
 
+// Mist's two-stream interference: both streams run slowed until the shorter ends, the rest alone.
+// Compute-bound: the collective costs its slowed time less what the compute would have done in it;
+// collective-bound: the compute costs little; alone, each is itself; no factor, the longer.
+TEST(TimeModel, OverlapTimeFollowsMistsInterferenceModel) {
+  const Interference f{1.25, 1.05};
+  // Compute 10, collective 4: both run for 4·1.05 = 4.2; compute has 10 - 4.2/1.25 = 6.64 left.
+  EXPECT_NEAR(overlap_time(10, 4, f), 4.2 + 6.64, 1e-12);
+  // Compute 2, collective 10: both run for 2·1.25 = 2.5; the collective has 10 - 2.5/1.05 left.
+  EXPECT_NEAR(overlap_time(2, 10, f), 2.5 + 10 - 2.5 / 1.05, 1e-12);
+  EXPECT_EQ(overlap_time(3, 0, f), 3);
+  EXPECT_EQ(overlap_time(0, 3, f), 3);
+  EXPECT_NEAR(overlap_time(3, 5, Interference{1, 1}), 5, 1e-12);
+  // Never less than the longer alone, never more than both in a row.
+  for (double c : {0.5, 1.0, 4.0})
+    for (double g : {0.25, 1.0, 8.0}) {
+      const double t = overlap_time(c, g, Interference{});
+      EXPECT_GE(t, std::max(c, g));
+      EXPECT_LE(t, c + g);
+    }
+}
+
 // Megatron's asynchronous backward collectives hide under the backward GEMMs: never more than the
 // collectives themselves, and never all of them (the two streams slow each other while both run).
 TEST(TimeModel, AsyncTensorParallelBackwardHidesCollectivesUnderGemms) {
