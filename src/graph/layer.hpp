@@ -114,6 +114,11 @@ struct Op {
   // fp8_cast_fwd bytes in forward and fp8_cast_bwd in backward (memory-bound kernels of their own).
   bool fp8 = false;
   Expr fp8_cast_fwd, fp8_cast_bwd;
+  // Megatron's FusedScaleMaskSoftmax (the attention's softmax without flash attention): its fused
+  // kernel runs for some shapes only and the others fall back to eager PyTorch
+  // (hardware/op_cost.hpp: megatron_softmax_fused). softmax_batches is b·np, the batches that
+  // kernel would take (the constant 0: no such rule); softmax_elements the elements of the scores.
+  Expr softmax_batches, softmax_elements;
 };
 
 enum class LayerKind { kEmbedding, kBlock, kHead };
@@ -175,6 +180,9 @@ struct LoweringOptions {
   // what a fused kernel keeps (eager_elementwise off); the embedding and the head stay eager.
   bool compiled_blocks = false;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;  // the blocks' policy
+  // Without flash attention the softmax is Megatron's FusedScaleMaskSoftmax (Megatron-LM and
+  // Megatron-DeepSpeed), with its rule for when the fused kernel runs (Op::softmax_batches).
+  bool megatron_softmax = true;
   // Mixtures of experts: the dispatcher's all-to-alls over the expert-parallel group exist (ep > 1),
   // and its all-gather / reduce-scatter over the expert tensor-parallel group (etp > 1). Their
   // sizes follow the symbols ep and etp.

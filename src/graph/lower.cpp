@@ -309,6 +309,10 @@ int attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, const E
   sm.bwd_flops = 3 * scores;
   sm.bytes_read = scores * w(o);
   sm.bytes_written = scores * w(o);
+  if (o.megatron_softmax) {
+    sm.softmax_batches = s.b * heads;
+    sm.softmax_elements = scores;
+  }
   int pd = p;
   if (o.dropout) {
     int mask = B.tensor("attn.dropout.mask", scores, false);
@@ -602,6 +606,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
       training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;
   if (engine == spec::Engine::kTorchtitan) {
     o.eager_elementwise = true;
+    o.megatron_softmax = false;
     o.copies_around_attention = true;
     o.sdpa_flash2 = true;
     o.compiled_blocks = training.compile;

@@ -1,6 +1,7 @@
 #include "hardware/op_cost.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mist::hardware {
 
@@ -8,7 +9,28 @@ namespace {
 
 bool zero(const sym::Expr& e) { return e.is_constant() && e.constant_value() == 0; }
 
+bool multiple(double x, int of) { return std::fmod(x, of) == 0; }
+
+// forward_torch_softmax with layer scaling on (Megatron-DeepSpeed's default, and Megatron-LM's
+// before Megatron-Core; it forces softmax_in_fp32): input.float(), input * scale, masked_fill_,
+// torch.nn.Softmax, .half()/.bfloat16(), each a kernel, and autograd's five backward kernels.
+// Bytes per element of the scores (w the activation bytes, the middle steps fp32; masked_fill
+// reads the bool mask), the softmax's own math on its kernel.
+void eager_softmax(std::vector<Kernel>& out, double elements, double w, double flops, bool bwd) {
+  const double fwd_bytes[] = {w + 4, 8, 9, 8, 4 + w};
+  // The cast's gradient, softmax backward (gradient, saved output, result), masked_fill's (the mask
+  // again), the scale's, the cast back.
+  const double bwd_bytes[] = {w + 4, 12, 9, 8, 4 + w};
+  for (int i = 0; i < 5; ++i)
+    out.push_back(StreamKernel{elements * (bwd ? bwd_bytes[i] : fwd_bytes[i]), i == (bwd ? 1 : 3) ? flops : 0});
+}
+
 }  // namespace
+
+bool megatron_softmax_fused(double batches, double sq, double sk) {
+  if (!(sk > 16 && sk <= 4096) || !multiple(sq, 4) || !multiple(sk, 4)) return false;
+  return multiple(batches, 4) && multiple(batches, sk <= 128 ? 8 : 4);
+}
 
 double GemmKernel::bytes() const { return batch * (m * k + k * n + m * n) * spec::dtype_bytes(dtype); }
 
@@ -49,6 +71,14 @@ std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spe
     // a sliding window those left of the band (Op::attention_work).
     if (op.attention_work * flops > 0) out.push_back(FlashKernel{op.attention_work * flops, bwd, d, op.flash2});
     return out;
+  }
+  if (const double batches = value(op.softmax_batches); batches > 0) {
+    const auto seq = at.find("s");  // self-attention without context parallelism: sq = sk = s
+    const double sq = seq == at.end() ? 0 : seq->second;
+    if (!megatron_softmax_fused(batches, sq, sq)) {
+      eager_softmax(out, value(op.softmax_elements), spec::dtype_bytes(d), flops, bwd);
+      return out;
+    }
   }
   // Everything else is memory-bound: the forward streams what it reads and writes; the backward
   // reads the output gradient and the saved inputs and writes the input gradient, about twice.

@@ -44,6 +44,13 @@ using Kernel = std::variant<GemmKernel, StreamKernel, FlashKernel>;
 // constant 0 (a residual add passes its gradient through; a cast's gradient is the loss's).
 bool has_backward(const graph::Op& op);
 
+// Whether Megatron's FusedScaleMaskSoftmax runs its fused kernel on causal scores of `batches`
+// (b·np) × sq × sk, as is_kernel_available decides (megatron/core/fusions/fused_softmax.py; the
+// same in Megatron-DeepSpeed): 16 < sk ≤ 4096, sq and sk multiples of 4, and b·np a multiple of 4
+// and of the kernel's batches per block (8 when sk ≤ 128, else 4: get_batch_per_block in
+// scaled_masked_softmax.h). Otherwise forward_torch_softmax runs in eager PyTorch.
+bool megatron_softmax_fused(double batches, double sq, double sk);
+
 // The kernels one pass of `op` runs, its symbols bound by `at` (b, s, h, a, g, f, V, t), its
 // tensors in `d`. A kernel that would do no work (a shape with a zero dimension) is left out.
 std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spec::Dtype d, Pass pass);

@@ -84,7 +84,7 @@ int expect_agreement(const spec::GpuSpec& g, spec::Dtype d, const PerfConstants&
   int checked = 0;
   for (bool llama : {false, true})
     for (bool flash : {false, true})
-      for (auto [seq, b, t] : {std::tuple{128, 1.0, 1.0}, std::tuple{2048, 4.0, 2.0}}) {
+      for (auto [seq, b, t] : {std::tuple{128, 1.0, 1.0}, std::tuple{2048, 4.0, 2.0}, std::tuple{2048, 1.0, 8.0}}) {
         const auto m = model(llama);
         graph::LoweringOptions o;
         o.flash_attention = flash;
@@ -195,6 +195,52 @@ TEST(OpCost, DispatchOfEachKindOfOp) {
   EXPECT_FALSE(has_backward(add));
   EXPECT_TRUE(op_kernels(add, at, d, Pass::kBackward).empty());
   EXPECT_EQ(op_kernels(add, at, d, Pass::kForward).size(), 1u);
+}
+
+// Megatron's FusedScaleMaskSoftmax runs its fused kernel only where is_kernel_available allows;
+// elsewhere it is eager PyTorch: five kernels each way, the middle three in fp32.
+TEST(OpCost, MegatronsSoftmaxFallsBackToEagerPytorchWhereItsKernelCannotRun) {
+  EXPECT_TRUE(megatron_softmax_fused(16, 2048, 2048));
+  EXPECT_TRUE(megatron_softmax_fused(4, 4096, 4096));
+  EXPECT_FALSE(megatron_softmax_fused(2, 2048, 2048));    // b·np not a multiple of 4
+  EXPECT_FALSE(megatron_softmax_fused(6, 2048, 2048));
+  EXPECT_TRUE(megatron_softmax_fused(8, 128, 128));       // sk ≤ 128: 8 batches per block
+  EXPECT_FALSE(megatron_softmax_fused(4, 128, 128));
+  EXPECT_TRUE(megatron_softmax_fused(4, 132, 132));       // above 128: 4
+  EXPECT_FALSE(megatron_softmax_fused(4, 8192, 8192));    // sk above 4096
+  EXPECT_FALSE(megatron_softmax_fused(8, 16, 16));        // sk 16 or less
+  EXPECT_FALSE(megatron_softmax_fused(4, 2046, 2046));    // sq, sk not multiples of 4
+
+  const auto m = model(false);  // 16 heads
+  graph::LoweringOptions o;
+  o.flash_attention = false;
+  const auto d = spec::Dtype::kBf16;
+  const auto ops = all_ops(m, 2048, o);
+  const auto& sm = find(ops, "attn.softmax");
+  auto kernels = [&](double b, double t, Pass pass) { return op_kernels(sm, bind(m, 2048, b, t), d, pass); };
+  // b·np = 1·16/8 = 2: eager.
+  const double elements = 1 * 2.0 * 2048 * 2048;
+  const auto at = bind(m, 2048, 1, 8);
+  for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const auto ks = kernels(1, 8, pass);
+    ASSERT_EQ(ks.size(), 5u);
+    double bytes = 0, flops = 0;
+    for (const auto& k : ks) {
+      bytes += std::get<StreamKernel>(k).bytes;
+      flops += std::get<StreamKernel>(k).flops;
+    }
+    // Forward: 2+4, 4+4, 4+1+4, 4+4, 4+2 bytes per element; backward the softmax's reads one more.
+    EXPECT_EQ(bytes, elements * (pass == Pass::kForward ? 37 : 41));
+    EXPECT_EQ(flops, *sym::evaluate(pass == Pass::kForward ? sm.fwd_flops : sm.bwd_flops, at));
+  }
+  // b·np = 4 (micro-batch 2), or 16 at t 2: the fused kernel, one each way.
+  EXPECT_EQ(kernels(2, 8, Pass::kForward).size(), 1u);
+  EXPECT_EQ(kernels(1, 2, Pass::kBackward).size(), 1u);
+  // torchtitan's softmax is not Megatron's: no rule.
+  spec::TrainingSpec t;
+  t.flash_attention = false;
+  const auto titan = graph::lower(m, 2048, graph::lowering_options(t, false, spec::Engine::kTorchtitan));
+  EXPECT_EQ(op_kernels(find(titan.block.ops, "attn.softmax"), at, d, Pass::kForward).size(), 1u);
 }
 
 // torchtitan's SDPA runs PyTorch's FlashAttention-2 kernel, Megatron-Core cuDNN's fused one: on
