@@ -367,12 +367,12 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const s
   if (m.qkv_bias && !m.linear_bias) add(o, "--add-qkv-bias");
 }
 
-// validate_args (arguments.py:1453-1479 at the commit): with tp > 1 on GPUs before Blackwell it
-// asserts CUDA_DEVICE_MAX_CONNECTIONS=1, except under Megatron-FSDP (ZeRO-2/3), where it only warns
-// that FSDP wants more connections.
+// validate_args (arguments.py:1453-1479 at the commit): with tp > 1 or cp > 1 on GPUs before
+// Blackwell it asserts CUDA_DEVICE_MAX_CONNECTIONS=1, except under Megatron-FSDP (ZeRO-2/3), where
+// it only warns that FSDP wants more connections.
 bool needs_single_connection(const spec::ClusterSpec& c, const plan::Plan& p) {
   const double cc = c.gpu.compute_capability;
-  return p.tp > 1 && cc > 0 && cc < 10 && p.stages.front().zero < 2;
+  return (p.tp > 1 || p.cp > 1) && cc > 0 && cc < 10 && p.stages.front().zero < 2;
 }
 
 }  // namespace
@@ -456,7 +456,7 @@ std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::Cl
   std::vector<std::string> notes;
   if (needs_single_connection(c, p))
     notes.push_back(detail::single_device_connection_note(
-        fmt::format("Megatron-LM asserts it with tensor parallelism on GPUs before Blackwell ({} is sm_{})",
+        fmt::format("Megatron-LM asserts it with tensor or context parallelism on GPUs before Blackwell ({} is sm_{})",
                     c.gpu.name, static_cast<int>(std::lround(c.gpu.compute_capability * 10)))));
   if (auto n = detail::position_embeddings_note(m, t)) notes.push_back(*n);
   notes.push_back(fmt::format("the vocabulary ({} entries) comes from the tokenizer (--tokenizer-type and its "

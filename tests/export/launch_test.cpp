@@ -120,6 +120,14 @@ TEST(Launch, TheEnvironmentTheEnginesAssert) {
   EXPECT_TRUE(has_note(exported(Engine::kMegatron, m, cluster(1, 8), t, tp).notes, "sm_80"));
   EXPECT_EQ(exported(Engine::kMegatron, m, cluster(1, 8, "B200-SXM-180GB"), t, tp).environment, Env{});
   EXPECT_EQ(exported(Engine::kMegatron, m, cluster(1, 8), t, testing::plan(8, 1, {32}, 1, 2, 1)).environment, Env{});
+  // Context parallelism alone asserts it too (engine_check, 2026-12-04: dp 4 cp 2 on 8 H100 was
+  // rejected at arguments.py:1477).
+  auto cp = testing::plan(4, 1, {32}, 1, 4, /*zero=*/1);
+  cp.cp = 2;
+  EXPECT_EQ(exported(Engine::kMegatron, m, cluster(1, 8, "H100-SXM5-80GB"), t, cp).environment,
+            Env{kSingleConnection});
+  EXPECT_TRUE(has_note(exported(Engine::kMegatron, m, cluster(1, 8, "H100-SXM5-80GB"), t, cp).notes,
+                       "context parallelism"));
   auto fsdp = tp;
   for (auto& s : fsdp.stages) s.zero = 3;
   EXPECT_EQ(exported(Engine::kMegatron, m, cluster(1, 8), t, fsdp).environment, Env{});

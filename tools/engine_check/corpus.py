@@ -12,15 +12,35 @@ GPU_ARCH = {"V100-SXM2-32GB": 7, "A100-SXM4-40GB": 8, "A100-SXM4-80GB": 8, "A10G
             "H200-SXM-141GB": 9, "B200-SXM-180GB": 10}
 
 
+# What a written plan must state for the engine to run it as written (mist's plan defaults are
+# Megatron-LM's): only Megatron-LM fuses the gradient accumulation into the weight-gradient GEMM and
+# overlaps the TP backward all-reduce; DeepSpeed overlaps the gradient reduction from ZeRO-2 on
+# (zero_optimization.overlap_comm) and prefetches parameters only under ZeRO-3 (ZeRO-1/2 gather the
+# updated ones inside the optimizer step). Without these, mist refuses the plan and the harness
+# would export the fastest plan the engine runs instead, not the one the job was written to reach.
+def engine_plan(engine, p):
+    if engine == "megatron":
+        return p
+    out = {**p, "grad_accumulation_fusion": False, "async_tp_backward": False}
+    if engine == "deepspeed":
+        zero = p["stages"][0]["zero"]
+        out.update(overlap_grad_reduce=zero >= 2, overlap_param_gather=zero == 3)
+    return out
+
+
 def job(name, engine, model, gpu, gpus, gbs, seq, plan=None, gpus_per_node=8, optimizer="adamw",
-        precision="bf16", compile=False, tune=(), pick=1):
+        precision="bf16", compile=False, tune=(), pick=1, fp8_recipe=None):
     nodes = max(1, gpus // gpus_per_node)
     per_node = gpus if gpus < gpus_per_node else gpus_per_node
+    training = {"global_batch_size": gbs, "seq_length": seq, "precision": precision,
+                "optimizer": optimizer, "flash_attention": True, "compile": compile}
+    if fp8_recipe:
+        training.update(precision="fp8", fp8_recipe=fp8_recipe)
+    if plan:
+        plan = engine_plan(engine, plan)
     return {"name": name, "engine": engine, "model": model,
             "cluster": {"gpu": gpu, "nodes": nodes, "gpus_per_node": per_node},
-            "training": {"global_batch_size": gbs, "seq_length": seq, "precision": precision,
-                         "optimizer": optimizer, "flash_attention": True, "compile": compile},
-            "plan": plan, "tune": list(tune), "pick": pick}
+            "training": training, "plan": plan, "tune": list(tune), "pick": pick}
 
 
 def stages(layers, pp, zero=0, ckpt=0, offload=None):
@@ -101,6 +121,22 @@ JOBS = [
         tune=("--no-offload",)),
     job("mlm-llama3-8b-tp2-pp2-v2-cp2", "megatron", "llama3-8b", "H100-SXM5-80GB", 8, 16, 65536,
         plan=plan(1, 2, 2, 1, 16, 32, zero=1, ckpt=16, v=2, cp=2)),
+    # Megatron-LM, FP8 (Transformer Engine recipes) and the newer mixtures of experts (2026-12-04)
+    job("mlm-llama3-70b-64xH100-fp8-tensorwise", "megatron", "llama3-70b", "H100-SXM5-80GB", 64, 256, 8192,
+        fp8_recipe="tensorwise"),
+    job("mlm-llama3-8b-8xH100-fp8-delayed", "megatron", "llama3-8b", "H100-SXM5-80GB", 8, 256, 8192,
+        fp8_recipe="delayed"),
+    job("mlm-llama3-8b-8xB200-mxfp8", "megatron", "llama3-8b", "B200-SXM-180GB", 8, 256, 8192,
+        fp8_recipe="mxfp8"),
+    job("mlm-llama3-8b-tp2-fp8-blockwise", "megatron", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=plan(4, 2, 1, 1, 16, 32, zero=1), fp8_recipe="blockwise"),
+    job("mlm-qwen3-30b-a3b-16xH100-fp8", "megatron", "qwen3-30b-a3b", "H100-SXM5-80GB", 16, 1024, 4096,
+        fp8_recipe="tensorwise"),
+    job("mlm-gpt-oss-20b-8xH100-s4096", "megatron", "gpt-oss-20b", "H100-SXM5-80GB", 8, 256, 4096),
+    job("mlm-gpt-oss-120b-pp4-ep8-bridge", "megatron", "gpt-oss-120b", "H100-SXM5-80GB", 64, 1280, 4096,
+        plan=plan(16, 1, 4, 1, 80, 36, zero=1, ep=8)),
+    job("mlm-deepseek-v3-256xH100-pp8-ep32", "megatron", "deepseek-v3", "H100-SXM5-80GB", 256, 1024, 4096,
+        plan=plan(32, 1, 8, 1, 32, 61, zero=1, ckpt=8, ep=32)),
     # DeepSpeed (Megatron-DeepSpeed + DeepSpeed)
     job("ds-llama2-7b-8xA100-s4096", "deepspeed", "llama2-7b", "A100-SXM4-80GB", 8, 256, 4096),
     job("ds-gpt3-13b-16xA100-s2048", "deepspeed", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048),
@@ -124,6 +160,10 @@ JOBS = [
         plan=plan(1, 8, 1, 1, 64, 32, zero=0)),
     job("ds-llama2-7b-zero0-pp2-tp4", "deepspeed", "llama2-7b", "H100-SXM5-80GB", 8, 64, 4096,
         plan=plan(1, 4, 2, 1, 64, 32, zero=0)),
+    # DeepSpeed-Ulysses: sequence parallelism over the data-parallel ranks (plan cp with cp_comm a2a)
+    # (Megatron-DeepSpeed's Ulysses attention needs as many key/value heads as heads: llama2-7b)
+    job("ds-llama2-7b-8xH100-s32768-ulysses", "deepspeed", "llama2-7b", "H100-SXM5-80GB", 8, 16, 32768,
+        plan={**plan(2, 1, 1, 1, 8, 32, zero=2, ckpt=32, cp=4), "cp_comm": "a2a"}),
     # torchtitan
     job("tt-llama3-8b-8xH100-s8192", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 256, 8192),
     job("tt-llama3-70b-32xH100-s8192", "torchtitan", "llama3-70b", "H100-SXM5-80GB", 32, 256, 8192),
@@ -148,6 +188,11 @@ JOBS = [
         plan=plan(1, 8, 4, 1, 64, 80, zero=0, v=2)),
     job("tt-llama3-8b-tp2-selective", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
         plan=plan(4, 2, 1, 1, 16, 32, zero=2, recompute="selective")),
+    # torchtitan, float8 (torchao) under torch.compile
+    job("tt-llama3-8b-8xH100-float8-rowwise", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 128, 8192,
+        compile=True, fp8_recipe="rowwise"),
+    job("tt-llama3-70b-64xH100-float8-rowwise", "torchtitan", "llama3-70b", "H100-SXM5-80GB", 64, 512, 8192,
+        compile=True, fp8_recipe="rowwise"),
     # torchtitan, context parallelism (FSDP over dp_shard·cp)
     job("tt-llama3-8b-8xH100-s131072-cp8", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 8, 131072,
         tune=("--no-offload",), pick=2),

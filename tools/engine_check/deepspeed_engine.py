@@ -33,6 +33,12 @@ def setup(md_root, ds_root):
     sys.path.insert(0, md_root)
     import deepspeed
     import deepspeed.comm as dist
+    version_txt = os.path.join(ds_root, "version.txt")
+    if deepspeed.__version__ == "0.0.0" and os.path.isfile(version_txt):
+        stubs.force_attr(deepspeed, "__version__", open(version_txt).read().strip(), "deepspeed.__version__",
+                         "an uninstalled checkout reads version.txt from the working directory only "
+                         "(git_version_info.py) and says 0.0.0; the checkout's version.txt (Megatron-DeepSpeed "
+                         "asserts 0.10.2+ for DeepSpeed-Ulysses, arguments.py:99)")
     from deepspeed.ops.op_builder import CPUAdamBuilder
     stubs.force_attr(dist, "get_rank", lambda group=None: 0, "deepspeed.comm.get_rank",
                      "no process group: rank 0 (DeepSpeedConfig reads it before the mpu's data-parallel size)")
