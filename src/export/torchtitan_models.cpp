@@ -71,12 +71,14 @@ TorchtitanMissingModel torchtitan_missing_model(const spec::ModelSpec& m) {
           fmt::format("torchtitan registers no config for {} (its llama3 configs are llama3_8b, llama3_70b and "
                       "llama3_405b): add a flavor \"{}\" to llama3_configs in torchtitan/models/llama3/__init__.py "
                       "built as _8b is, with dim={}, n_layers={}, n_heads={}, n_kv_heads={}, vocab_size={}, "
-                      "enable_weight_tying={}, hidden_dim={} given directly (not compute_ffn_hidden_dim) and the rotary "
-                      "theta and scaling of the model's own config, and a "
+                      "enable_weight_tying={}, hidden_dim={} given directly (not compute_ffn_hidden_dim), and "
+                      "rope=ComplexRoPE.Config(dim={}, max_context_length={}) with the rotary theta and scaling of "
+                      "the model's own config, and a "
                       "function {}() to torchtitan/models/llama3/config_registry.py as llama3_8b() is, with "
                       "model_registry(\"{}\"); the export's --config names it",
                       m.name, m.name, m.hidden_size, m.num_layers, m.num_heads, m.num_kv_heads, m.vocab_size,
-                      m.tie_word_embeddings ? "True" : "False", m.ffn_hidden_size, config, m.name)};
+                      m.tie_word_embeddings ? "True" : "False", m.ffn_hidden_size, m.head_dim(),
+                      m.max_position_embeddings, config, m.name)};
 }
 
 }  // namespace mist::engines

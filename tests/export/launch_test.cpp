@@ -163,6 +163,9 @@ TEST(Launch, TorchtitanNamesItsModelOrSaysWhatToAdd) {
   EXPECT_EQ(value(llama2, "--config"), "mist_llama2_7b");
   EXPECT_TRUE(has_note(llama2.notes, "dim=4096, n_layers=32, n_heads=32, n_kv_heads=32, vocab_size=32000"));
   EXPECT_TRUE(has_note(llama2.notes, "hidden_dim=11008"));
+  // ComplexRoPE.Config requires max_context_length (engine_check, 2026-12-04: the flavor built from
+  // the note without it failed at llama3/__init__.py:375; with it torchtitan accepts the export).
+  EXPECT_TRUE(has_note(llama2.notes, "rope=ComplexRoPE.Config(dim=128, max_context_length=4096)"));
 
   const auto gpt = exported(Engine::kTorchtitan, model("gpt3-6.7b"), c, training(16, 2048), p);
   EXPECT_FALSE(value(gpt, "--module"));

@@ -7,6 +7,7 @@ _validate) and the model config's update_from_config (RoPE length, weight tying 
 import contextlib
 import dataclasses
 import io
+import re
 import sys
 import types
 import typing
@@ -183,11 +184,70 @@ def check(item, roots):
             if later.get("verdict") == "REJECTED":
                 notes.append(f"then, on torchtitan's default Trainer.Config: {later['message']} "
                              f"[{later['where']}; {later['step']}]")
+            # Where mist's note says what to add to torchtitan, add it as it says and load again:
+            # the export is still rejected as it stands, but the note is shown to be enough.
+            added = next((n for n in map(apply_flavor_note, item.get("mist_notes", [])) if n), None)
+            if added:
+                try:
+                    config, _ = ConfigManager()._load_config(words)
+                    again = _after_load(ConfigManager(), config, rest, item, roots)
+                except Exception as e:
+                    again = common.rejection(e, roots, step)
+                notes.append(f"with the addition mist's note describes ({added}): {again['verdict']}" +
+                             (f": {again['message']} [{again['where']}; {again['step']}]"
+                              if again.get("verdict") == "REJECTED" else ""))
             first["notes"] = notes
             return first
         r = _after_load(manager, config, rest, item, roots)
     r["notes"] = notes + r.get("notes", [])
     return r
+
+
+_FLAVOR_NOTE = re.compile(r'add a flavor "(?P<flavor>[^"]+)" to llama3_configs .*? with (?P<fields>.*?) given directly'
+                          r'.*?rope=ComplexRoPE\.Config\((?P<rope>[^)]*)\).*? a function (?P<function>\w+)\(\) to torchtitan/models/llama3/config_registry\.py')
+
+
+def apply_flavor_note(note):
+    """Make the addition mist's note tells the user to make, as it says: a llama3 flavor built as _8b
+    is with the note's fields, and a config function that is llama3_8b() with model_registry(flavor).
+    The rotary theta and scaling the note leaves to the model's own config stay ComplexRoPE's
+    defaults (no check reads them). Returns the function's name, or None when the note is not one."""
+    m = _FLAVOR_NOTE.search(note)
+    if not m:
+        return None
+    import torchtitan.models.llama3 as llama3
+    import torchtitan.models.llama3.config_registry as registry
+    def fields(text):
+        return {k: (v == "True") if v in ("True", "False") else int(v) for k, v in re.findall(r"(\w+)=(\w+)", text)}
+
+    f, rope = fields(m["fields"]), fields(m["rope"])
+
+    def flavor(attn_backend, tp_gemm_backend="default"):
+        dim, vocab = f["dim"], f["vocab_size"]
+        return llama3.Llama3Model.Config(
+            dim=dim, vocab_size=vocab, enable_weight_tying=f["enable_weight_tying"],
+            tok_embeddings=llama3.Embedding.Config(num_embeddings=vocab, embedding_dim=dim,
+                                                   param_init=llama3._EMBEDDING_INIT),
+            norm=llama3.RMSNorm.Config(normalized_shape=dim, param_init=llama3._NORM_INIT),
+            lm_head=llama3.Linear.Config(in_features=dim, out_features=vocab,
+                                         param_init=llama3._output_linear_init(dim)),
+            layers=llama3._build_llama3_layers(
+                fuse_qkv=True, n_layers=f["n_layers"], dim=dim, n_heads=f["n_heads"], n_kv_heads=f["n_kv_heads"],
+                hidden_dim=f["hidden_dim"], rope=llama3.ComplexRoPE.Config(**rope),
+                attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend))
+
+    llama3.llama3_configs[m["flavor"]] = flavor
+
+    def function():
+        original = registry.model_registry
+        registry.model_registry = lambda _, **kw: original(m["flavor"], **kw)  # llama3_8b() as it is
+        try:
+            return registry.llama3_8b()
+        finally:
+            registry.model_registry = original
+
+    setattr(registry, m["function"], function)
+    return m["function"]
 
 
 def _after_load(manager, config, rest, item, roots):
