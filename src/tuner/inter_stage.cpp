@@ -136,22 +136,45 @@ std::vector<Point> pareto_sample(std::vector<Point> pts, int k, int64_t v) {
   return out;
 }
 
+namespace {
+
+// Lower bounds on what the stages from `i` on add when they take exactly r blocks between them:
+// sum[i][r] on their Σ T and max[i][r] on their max T, each the least over every split of the r
+// blocks of what the stages' fastest settings at those counts give (infinite where no split
+// exists). They are tighter than every stage at its fastest count because the split must use the
+// blocks: a deep pipeline's states whose every completion is too slow are dropped early.
+struct Rest {
+  std::vector<std::vector<double>> sum, max;
+};
+
+Rest rest_bounds(const StageFronts& fronts, int64_t L) {
+  const size_t pp = fronts.size();
+  const auto n = static_cast<size_t>(L) + 1;
+  Rest r{std::vector<std::vector<double>>(pp + 1, std::vector<double>(n, kInf)),
+         std::vector<std::vector<double>>(pp + 1, std::vector<double>(n, kInf))};
+  r.sum[pp][0] = r.max[pp][0] = 0;
+  for (size_t i = pp; i-- > 0;)
+    for (const auto& [l, pts] : fronts[i]) {
+      if (pts.empty() || l < 0 || l > L) continue;
+      double fastest = kInf;
+      for (const auto& p : pts) fastest = std::min(fastest, p.T);
+      for (size_t k = static_cast<size_t>(l); k < n; ++k) {
+        const size_t before = k - static_cast<size_t>(l);
+        if (!std::isfinite(r.sum[i + 1][before])) continue;
+        r.sum[i][k] = std::min(r.sum[i][k], fastest + r.sum[i + 1][before]);
+        r.max[i][k] = std::min(r.max[i][k], std::max(fastest, r.max[i + 1][before]));
+      }
+    }
+  return r;
+}
+
+}  // namespace
+
 std::optional<StageChoice> inter_stage_dp(const StageFronts& fronts, int64_t L, double G, double cutoff,
                                           TuneStats& stats, int64_t v) {
   const size_t pp = fronts.size();
-  // The least T each later stage can add: rest_sum[i] and rest_max[i] over stages i+1.., so that a
-  // state whose every completion ends above the cutoff is dropped when it is made.
-  std::vector<double> rest_sum(pp + 1, 0.0), rest_max(pp + 1, 0.0);
-  for (size_t i = pp; i-- > 0;) {
-    double least = kInf;
-    for (const auto& [l, pts] : fronts[i])
-      for (const auto& p : pts) least = std::min(least, p.T);
-    if (!std::isfinite(least)) return std::nullopt;  // a stage with no setting: no plan
-    if (i > 0) {
-      rest_sum[i - 1] = rest_sum[i] + least;
-      rest_max[i - 1] = std::max(rest_max[i], least);
-    }
-  }
+  const Rest rest = rest_bounds(fronts, L);
+  if (pp == 0 || L < 0 || !std::isfinite(rest.sum[0][static_cast<size_t>(L)])) return std::nullopt;  // no split
   // The bound adds the later minima in another order than a completion adds its own T: the slack
   // keeps a completion that ties the cutoff from being dropped by a rounding of the bound.
   const double bound_cutoff = cutoff * (1 + 1e-9);
@@ -159,21 +182,22 @@ std::optional<StageChoice> inter_stage_dp(const StageFronts& fronts, int64_t L, 
   levels[0].push_back(State{});
   for (size_t i = 0; i < pp; ++i) {
     std::map<int64_t, Bucket> by_layers;
-    const int64_t left_after = static_cast<int64_t>(pp - i - 1);
     for (size_t si = 0; si < levels[i].size(); ++si) {
       const State& s = levels[i][si];
       for (const auto& [l, pts] : fronts[i]) {
         const int64_t used = s.layers + l;
-        if (used + left_after > L) continue;
-        if (i + 1 == pp && used != L) continue;
+        if (used > L) continue;
+        // What the later stages add to Σ T and max T at the least, on the blocks left.
+        const double later_sum = rest.sum[i + 1][static_cast<size_t>(L - used)];
+        const double later_max = rest.max[i + 1][static_cast<size_t>(L - used)];
+        if (!std::isfinite(later_sum)) continue;  // the blocks left cannot be split among them
         for (const auto& p : pts) {
           State n;
           n.sum_t = s.sum_t + p.T;
           n.sum_b = s.sum_b + p.B;
           n.max_t = std::max(s.max_t, p.T);
           n.exposed = std::max(s.exposed, p.D - s.sum_b / static_cast<double>(v));
-          // Later stages add at least their least T to Σ T and max T.
-          if (pipeline_objective(n.sum_t + rest_sum[i], std::max(n.max_t, rest_max[i]), -kInf, G, v) > bound_cutoff)
+          if (pipeline_objective(n.sum_t + later_sum, std::max(n.max_t, later_max), -kInf, G, v) > bound_cutoff)
             continue;
           n.layers = used;
           n.prev = static_cast<int>(si);

@@ -48,8 +48,8 @@ Result<StageCosts> StageCosts::create(const analysis::PreparedJob& job, const Se
                     job.usable_memory_bytes(), min_layers);
 }
 
-void StageCosts::evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
-                          std::vector<double>& host, TuneStats& stats) const {
+void StageCosts::memory(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
+                        std::vector<double>& host, TuneStats& stats) const {
   const size_t rows = settings.size();
   const sym::Program& prog = *programs_[static_cast<size_t>(index)];
   constexpr size_t n_in = MemoryPrograms::kInputs.size();
@@ -77,7 +77,7 @@ std::vector<Point> StageCosts::cost(const std::vector<plan::StagePlan>& settings
   std::vector<Point> feasible;
   if (settings.empty()) return feasible;
   std::vector<double> peak, host;
-  evaluate(settings, index, peak, host, stats);
+  memory(settings, index, peak, host, stats);
   for (size_t r = 0; r < settings.size(); ++r) {
     if (index == 0 && settings[r].num_layers < first_stage_min_layers_) continue;
     const double e = excess(peak[r], host[r]);
@@ -91,8 +91,18 @@ std::vector<Point> StageCosts::cost(const std::vector<plan::StagePlan>& settings
   return feasible;
 }
 
-std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& stats, Point* least) const {
+double* Misfits::row(int zero, int64_t c, size_t slice) {
+  if (rows_.size() <= static_cast<size_t>(c)) rows_.resize(static_cast<size_t>(c) + 1);
+  auto& r = rows_[static_cast<size_t>(c)][static_cast<size_t>(zero)];
+  if (r.size() != slice) r.assign(slice, 0.0);
+  return r.data();
+}
+
+std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& stats, Point* least,
+                                          Misfits* misfits) const {
   if (index == 0 && layers < first_stage_min_layers_) return {};  // the dense blocks would not fit in it
+  if (misfits && layers < misfits->layers_) *misfits = Misfits();
+  if (misfits) misfits->layers_ = layers;
   const SearchSpace& sp = *space_;
   const auto& W = sp.weight_offload;
   const auto& G = sp.grad_offload;
@@ -113,6 +123,9 @@ std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& 
     for (int64_t c : ckpt_choices(sp, layers)) {
       batch.clear();
       where.clear();
+      // known[s] > 0: s did not fit with fewer blocks, so it does not fit now. Where its excess
+      // then is below the near miss so far, it is evaluated all the same: it may be the nearer.
+      double* known = misfits ? misfits->row(z, c, slice) : nullptr;
       for (size_t w = 0; w < nw; ++w)
         for (size_t g = 0; g < ng; ++g) {
           if (!offload_allowed(sp, z, W[w], G[g])) continue;
@@ -120,6 +133,7 @@ std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& 
             for (size_t o = 0; o < no; ++o) {
               const size_t s = at(w, g, a, o);
               if (below[s]) continue;  // beaten already: no need to know whether it fits
+              if (known && known[s] > 0 && (!least || known[s] > least->excess)) continue;
               plan::StagePlan st;
               st.num_layers = layers;
               st.zero = z;
@@ -131,11 +145,14 @@ std::vector<Point> StageCosts::candidates(int64_t layers, int index, TuneStats& 
         }
       std::fill(fits.begin(), fits.end(), 0);
       if (!batch.empty()) {
-        evaluate(batch, index, peak, host, stats);
+        memory(batch, index, peak, host, stats);
         for (size_t r = 0; r < batch.size(); ++r) {
           const double e = excess(peak[r], host[r]);
           if (least && e < least->excess) *least = Point{0, 0, peak[r], batch[r], e};
-          if (e > 0) continue;
+          if (e > 0) {
+            if (known) known[where[r]] = e;
+            continue;
+          }
           fits[where[r]] = 1;
           peak_at[where[r]] = peak[r];
           ++stats.stage_settings_feasible;

@@ -48,6 +48,24 @@ class MemoryPrograms {
       programs_;
 };
 
+// What StageCosts::candidates learnt about one stage at smaller layer counts: the settings that
+// did not fit, with their excess over memory. A stage's peak GPU memory and host memory never fall
+// as it takes more blocks at the same setting (tests/tuner/stage_costs_test.cpp checks it), so such
+// a setting does not fit at a larger count either and is not evaluated again. One per stage of a
+// layout, passed to candidates() with rising layer counts.
+class Misfits {
+ public:
+  Misfits() = default;
+
+ private:
+  friend class StageCosts;
+  // The row of settings (by slice index) of ZeRO level `zero` with `c` recomputed blocks; 0 where
+  // nothing is known, else the excess (> 0) at the largest layer count evaluated.
+  double* row(int zero, int64_t c, size_t slice);
+  int64_t layers_ = 0;  // the layer count of the last call; a smaller one starts afresh
+  std::vector<std::array<std::vector<double>, 4>> rows_;  // by c, then ZeRO level
+};
+
 class StageCosts {
  public:
   // `job`, `space` and `programs` must outlive the StageCosts.
@@ -71,7 +89,14 @@ class StageCosts {
   // pipeline objective (see docs/tuner.md), so among settings that differ upward in those four
   // knobs (same ZeRO level and optimizer-offload fraction) only the lowest fitting ones count, and
   // among settings that differ only in optimizer offload, the one with the smallest D.
-  std::vector<Point> candidates(int64_t layers, int index, TuneStats& stats, Point* least) const;
+  // `misfits` (may be null) carries what calls at smaller layer counts of this stage learnt; the
+  // result is the same with or without it.
+  std::vector<Point> candidates(int64_t layers, int index, TuneStats& stats, Point* least,
+                                Misfits* misfits = nullptr) const;
+
+  // Peak GPU bytes and host bytes of each of `settings` at stage `index`, written to peak[r], host[r].
+  void memory(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
+              std::vector<double>& host, TuneStats& stats) const;
 
   // The least T any setting of the space can give at `index` with `layers` blocks, memory aside
   // (a lower bound for pruning whole layouts).
@@ -85,9 +110,6 @@ class StageCosts {
              std::vector<const sym::Program*> programs, double nccl, double usable, int64_t first_stage_min_layers)
       : c_(&c), space_(&space), layout_(std::move(layout)), timer_(std::move(timer)), programs_(std::move(programs)),
         nccl_(nccl), usable_(usable), first_stage_min_layers_(first_stage_min_layers) {}
-  // Peak and host bytes of `rows` settings, written to peak[r], host[r].
-  void evaluate(const std::vector<plan::StagePlan>& settings, int index, std::vector<double>& peak,
-                std::vector<double>& host, TuneStats& stats) const;
   double excess(double peak, double host) const;
 
   const spec::ClusterSpec* c_;

@@ -119,16 +119,18 @@ Result<std::optional<StageChoice>> search_layout(const StageCosts& costs, const 
   // One setting for every stage (Megatron's flags, DeepSpeed's config) on the engine's splits.
   if (space.uniform_stage_settings) return uniform_search(costs, space, job.training(), L, stats, least);
   StageFronts fronts(static_cast<size_t>(layout.pp));
-  for (int i = 0; i < layout.pp; ++i)
+  for (int i = 0; i < layout.pp; ++i) {
+    Misfits misfits;  // layer_choices rise
     for (int64_t l : layer_choices(space, L, layout.pp, v, i)) {
       Point* near = l == plan::even_split_layers(L, layout.pp, i) ? &least[static_cast<size_t>(i)] : nullptr;
       // The oracle costs every fitting setting; the search only those that can be optimal.
       auto pts = options.exhaustive ? costs.cost(stage_settings(space, l, plan::grad_dp(layout)), i, stats, near)
-                                    : costs.candidates(l, i, stats, near);
+                                    : costs.candidates(l, i, stats, near, &misfits);
       if (pts.empty()) continue;
       fronts[static_cast<size_t>(i)][l] =
           options.exhaustive ? std::move(pts) : pareto_sample(std::move(pts), space.pareto_points, v);
     }
+  }
   if (options.exhaustive) {
     bool too_large = false;
     auto best = exhaustive_search(fronts, L, G, options.max_combinations, stats, &too_large, v);

@@ -81,6 +81,7 @@ TEST(InterStageSolvers, AllThreeAgreeOnRandomFrontsWithDrainAndInterleaving) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const double inf = std::numeric_limits<double>::infinity();
   int cases = 0, exposed = 0;
+  int64_t states_free = 0, states_cut = 0;
   const int trials = kSanitized ? 40 : 120;
   for (int trial = 0; trial < trials; ++trial) {
     const int pp = 2 + static_cast<int>(rng() % 3);
@@ -115,8 +116,8 @@ TEST(InterStageSolvers, AllThreeAgreeOnRandomFrontsWithDrainAndInterleaving) {
         }
     };
     rec(0, 0);
-    TuneStats s;
-    auto dp = inter_stage_dp(fronts, L, G, inf, s, v);
+    TuneStats s, free;
+    auto dp = inter_stage_dp(fronts, L, G, inf, free, v);
     bool too_large = false;
     auto ex = exhaustive_search(fronts, L, G, 1e7, s, &too_large, v);
     if (!std::isfinite(brute)) {
@@ -126,6 +127,15 @@ TEST(InterStageSolvers, AllThreeAgreeOnRandomFrontsWithDrainAndInterleaving) {
     ASSERT_TRUE(dp.has_value() && ex.has_value()) << "trial " << trial;
     EXPECT_NEAR(dp->objective, brute, 1e-9 * brute) << "trial " << trial << " v " << v;
     EXPECT_NEAR(ex->objective, brute, 1e-9 * brute) << "trial " << trial;
+    // A cutoff at the optimum keeps it; one just below leaves nothing; and the bound on what the
+    // stages left add on the blocks left drops states on the way.
+    TuneStats at_cutoff;
+    auto tight = inter_stage_dp(fronts, L, G, brute * (1 + 1e-12), at_cutoff, v);
+    ASSERT_TRUE(tight.has_value()) << "trial " << trial;
+    EXPECT_EQ(tight->objective, dp->objective) << "trial " << trial;
+    EXPECT_FALSE(inter_stage_dp(fronts, L, G, brute * (1 - 1e-6), s, v).has_value()) << "trial " << trial;
+    states_free += free.plans_evaluated;
+    states_cut += at_cutoff.plans_evaluated;
     if (trial % 5 == 0) {  // CBC takes ~0.2 s a model
       auto milp = inter_stage_milp(fronts, L, G, inf, 10, s, v);
       ASSERT_TRUE(milp.has_value() && milp->has_value()) << "trial " << trial;
@@ -140,6 +150,7 @@ TEST(InterStageSolvers, AllThreeAgreeOnRandomFrontsWithDrainAndInterleaving) {
   }
   EXPECT_GT(cases, trials * 5 / 6);
   EXPECT_GT(exposed, cases / 4);
+  EXPECT_LT(states_cut, states_free);
 }
 
 TEST(Tuner, RerankedPlansAreOrderedBySimulation) {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <vector>
+
 #include "tuner/inter_stage.hpp"
 #include "tune_jobs.hpp"
 
@@ -138,6 +141,87 @@ TEST(StageCosts, CandidatesCoverEveryFittingSetting) {
   }
   EXPECT_GT(covered, 1000);
   EXPECT_GT(pruned_total, covered / 2);  // the pruning does prune
+}
+
+// Misfits skips a setting that did not fit with fewer blocks only if a stage's peak GPU memory and
+// host memory never fall as it takes more blocks (v more: whole chunks) at the same setting.
+TEST(StageCosts, MemoryNeverFallsAsAStageTakesMoreBlocks) {
+  int checked = 0;
+  auto jobs = std::vector<Job>(std::begin(kJobs), std::end(kJobs));
+  jobs.push_back({"qwen1.5-moe-a2.7b", "A100-SXM4-40GB", 1, 8, 64, 4096});  // experts
+  jobs.push_back({"deepseek-v3", "H100-SXM5-80GB", 1, 8, 64, 4096});        // dense first blocks
+  for (size_t k = 0; k < jobs.size(); k += testing::kSanitized ? 2 : 1) {
+    const auto f = fixture(jobs[k]);
+    auto space = test_space();
+    const auto job = analysis::PreparedJob::create(f.m, f.c, f.t);
+    ASSERT_TRUE(job.has_value());
+    MemoryPrograms programs(*job);
+    const auto all = layouts(space, f.m, f.c, f.t);
+    for (size_t n = k % 7; n < all.size(); n += 7) {  // a spread of the layouts: each costs ~10⁶ settings
+      const auto& layout = all[n];
+      auto costs = StageCosts::create(*job, space, layout, programs);
+      ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
+      const int64_t v = layout.virtual_pipeline_stages;
+      for (int i : {0, static_cast<int>(layout.pp / 2), static_cast<int>(layout.pp) - 1})
+        for (int64_t l = v; l <= f.m.num_layers / layout.pp + 2 * v; l += v) {
+          TuneStats stats;
+          auto settings = stage_settings(space, l, layout.dp);
+          std::vector<double> peak, host, peak_more, host_more;
+          costs->memory(settings, i, peak, host, stats);
+          for (auto& s : settings) s.num_layers += v;
+          costs->memory(settings, i, peak_more, host_more, stats);
+          for (size_t r = 0; r < settings.size(); ++r, ++checked)
+            if (peak_more[r] < peak[r] * (1 - 1e-12) || host_more[r] < host[r] * (1 - 1e-12)) {
+              ADD_FAILURE() << jobs[k].model << " pp " << layout.pp << " v " << v << " stage " << i << " l " << l
+                            << " zero " << settings[r].zero << " c " << settings[r].ckpt_layers << ": peak "
+                            << peak[r] << " -> " << peak_more[r] << ", host " << host[r] << " -> " << host_more[r];
+              return;
+            }
+        }
+    }
+  }
+  EXPECT_GT(checked, 1000000);
+}
+
+// What Misfits remembers across rising layer counts changes neither the candidates nor the near
+// miss, and saves evaluations.
+TEST(StageCosts, MisfitsChangeNothingButTheWork) {
+  int64_t with_total = 0, without_total = 0;
+  for (size_t k = 0; k < std::size(kJobs); k += testing::kSanitized ? 2 : 1) {
+    const auto f = fixture(kJobs[k]);
+    const auto space = test_space();
+    const auto job = analysis::PreparedJob::create(f.m, f.c, f.t);
+    ASSERT_TRUE(job.has_value());
+    for (const auto& layout : layouts(space, f.m, f.c, f.t)) {
+      MemoryPrograms programs(*job);
+      auto costs = StageCosts::create(*job, space, layout, programs);
+      ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
+      const int64_t v = layout.virtual_pipeline_stages;
+      const int64_t mid = f.m.num_layers / layout.pp / v * v;
+      for (int i = 0; i < layout.pp; ++i) {
+        Misfits misfits;
+        for (int64_t l = std::max(v, mid - 3 * v); l <= mid + 3 * v; l += v) {
+          TuneStats with, without;
+          Point near_with{0, 0, 0, {}, std::numeric_limits<double>::infinity()}, near_without = near_with;
+          const bool track = l == mid;  // the near miss is tracked at one count, as the tuner does
+          const auto a = costs->candidates(l, i, with, track ? &near_with : nullptr, &misfits);
+          const auto b = costs->candidates(l, i, without, track ? &near_without : nullptr);
+          ASSERT_EQ(a.size(), b.size()) << "pp " << layout.pp << " stage " << i << " l " << l;
+          for (size_t r = 0; r < a.size(); ++r) {
+            EXPECT_EQ(a[r].T, b[r].T);
+            EXPECT_EQ(a[r].D, b[r].D);
+            EXPECT_EQ(a[r].peak, b[r].peak);
+            EXPECT_TRUE(a[r].st == b[r].st);
+          }
+          EXPECT_EQ(near_with.excess, near_without.excess);
+          EXPECT_TRUE(near_with.st == near_without.st);
+          with_total += with.stage_settings_evaluated;
+          without_total += without.stage_settings_evaluated;
+        }
+      }
+    }
+  }
+  EXPECT_LT(with_total, without_total);
 }
 
 TEST(InterStage, ParetoSampleKeepsTheEndsAndDropsBeatenPoints) {
