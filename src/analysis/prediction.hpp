@@ -42,6 +42,9 @@ struct Prediction {
   Band memory_band;  // of the largest stage's reserved peak
   MatmulRate matmul_rate;   // the GEMM rate the time model assumed, and its source
   Calibration calibration;  // the constants' provenance: which fit, on how many runs, its error
+  // The plan switches its file left out that `--engine` set as the engine runs them
+  // (engines::take_engine_switches), one line each; already in `plan`.
+  std::vector<std::string> engine_switches;
 };
 
 // ± the calibration's held-out mean error (its in-sample error when nothing was held out,

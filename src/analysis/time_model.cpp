@@ -326,25 +326,35 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                               (last ? head.params : 0) + (last && p.pp > 1 ? tied_params_ : 0);
   const double stage_exp = (l - nd) * blk_exp, stage_dense = stage_params - stage_exp;
   double grad_sync = 0, param_gather = 0;
+  // With overlap, the bucket reduced last is launched when the backward has ended, and the one
+  // gathered first must arrive before the forward starts: they run exposed, the other buckets
+  // under the compute. A parameter larger than a bucket is a bucket of its own (Megatron-Core's
+  // buffer gives the shared embedding its own; DeepSpeed reduces a parameter over its bucket size
+  // alone), and on the first stage the embedding is that parameter: its gradient is the last the
+  // backward makes, its weights the first the forward needs.
+  const double edge_bucket = std::min(
+      1.0, std::max(k.ddp_bucket_params, first ? emb.params : 0.0) / std::max(1.0, stage_params));
+  auto exposed_of = [&](double under, double comm) {
+    const double rest = comm * (1 - edge_bucket);
+    return overlapped(under, rest, 0, 0, fi) - under + comm * edge_bucket;
+  };
   if (st.zero <= 1) {
     grad_sync = dp_collective(st.zero == 1 ? Collective::kReduceScatter : Collective::kAllReduce, stage_dense * gb,
                               stage_exp * gb);
     if (p.overlap_grad_reduce) {
-      const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
       // Hidden behind the last backward of the stage's last chunk (all of it when v = 1): an
       // interleaved stage's final chunk runs bwd / v, and so its D falls by at most 1/v of what
       // more compute adds to T (the tuner's pruning relies on it, docs/tuner.md).
       // What runs beside the backward slows it as any overlap does (the interference).
       const double under = bwd / v;
-      grad_sync = std::max(overlapped(under, grad_sync, 0, 0, fi) - under, grad_sync * bucket);
+      grad_sync = exposed_of(under, grad_sync);
     }
   }
   if (st.zero >= 1 && st.zero <= 2) {
     param_gather = dp_collective(Collective::kAllGather, stage_dense * wb, stage_exp * wb);
     if (p.overlap_param_gather) {
-      const double bucket = std::min(1.0, k.ddp_bucket_params / std::max(1.0, stage_params));
       const double under = fwd / v;  // the first chunk's forward
-      param_gather = std::max(overlapped(under, param_gather, 0, 0, fi) - under, param_gather * bucket);
+      param_gather = exposed_of(under, param_gather);
     }
   }
   const double local = stage_dense / shard.optimizer_states + stage_exp / shard_x.optimizer_states;

@@ -1,5 +1,7 @@
 #include "api/inputs.hpp"
 
+#include "export/capability.hpp"
+
 namespace mist::api {
 
 void name_the_option(Error& e, const Input& in) {
@@ -59,7 +61,11 @@ Result<job::PrepareOptions> prepare_options(const Calibration& c) {
 
 Result<analysis::Prediction> predict(const job::Job& job, const Calibration& c) {
   MIST_TRY(auto options, prepare_options(c));
-  return job::predict(job, options);
+  job::Job as_run = job;  // the switches the plan file left out, as the engine runs them
+  auto switches = engines::take_engine_switches(as_run.plan, options.engine, &as_run.training, &as_run.model);
+  MIST_TRY(auto prediction, job::predict(as_run, options));
+  prediction.engine_switches = std::move(switches);
+  return prediction;
 }
 
 }  // namespace mist::api

@@ -51,7 +51,9 @@ struct Calibration {
 // Errors name the option: "--engine: ...".
 Result<job::PrepareOptions> prepare_options(const Calibration& c);
 
-// prepare_options, then job::predict of the job's plan: what `mist predict` computes.
+// prepare_options, then job::predict of the job's plan with the switches its file left out as
+// the engine runs them (engines::take_engine_switches, listed in engine_switches): what `mist
+// predict`, `explain` and `simulate` compute.
 Result<analysis::Prediction> predict(const job::Job& job, const Calibration& c);
 
 }  // namespace mist::api

@@ -93,6 +93,7 @@ Json prediction_json(const job::Job& job, const analysis::Prediction& pred) {
               {"matmul_tflops", rate.flops / 1e12},
               {"matmul_rate_source", rate.source},
               {"calibration", calibration_json(pred.calibration)},
+              {"engine_switches", pred.engine_switches},
               {"bands",
                {{"iteration_time_s", band_json(pred.time_band)}, {"reserved_memory_bytes", band_json(pred.memory_band)}}},
               {"stages", stages}};

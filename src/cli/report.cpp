@@ -87,6 +87,20 @@ std::string calibration_text(const analysis::Calibration& c) {
          "published runs (docs/time-model.md)\n";
 }
 
+namespace {
+
+// The switches the plan file left out that --engine set as the engine runs them.
+std::string engine_switches_text(const Prediction& pred) {
+  if (pred.engine_switches.empty()) return "";
+  const auto e = spec::engine_from_string(pred.calibration.engine);
+  std::string out = fmt::format("as {} runs it (the plan file left these out; state them to choose otherwise):\n",
+                                e ? spec::display_name(*e) : pred.calibration.engine.c_str());
+  for (const auto& s : pred.engine_switches) out += "  " + s + "\n";
+  return out;
+}
+
+}  // namespace
+
 std::string prediction_text(const Job& job, const Prediction& pred) {
   const auto& p = pred.memory;
   std::string out = header(job);
@@ -133,6 +147,7 @@ std::string prediction_text(const Job& job, const Prediction& pred) {
   const auto& rate = pred.matmul_rate;
   out += fmt::format("GEMMs at {:.0f} TFLOP/s: {}\n", rate.flops / 1e12, rate.source);
   out += calibration_text(pred.calibration);
+  out += engine_switches_text(pred);
   out += band_text(pred);
   return out;
 }

@@ -86,9 +86,7 @@ std::string result_text(const Job& job, const sim::PipelineJob& pj, const sim::S
 int simulate(const SimulateArgs& a, std::string& out, std::string& err) {
   auto job = load_job(a.job);
   if (!job) return invalid_input(err, job.error());
-  auto options = prepare_options(a.calibration);
-  if (!options) return invalid_input(err, options.error());
-  auto pred = job::predict(*job, *options);
+  auto pred = api::predict(*job, a.calibration);
   if (!pred) return invalid_input(err, pred.error());
   const auto pj = analysis::pipeline_job(pred->plan, pred->time, pred->memory);
   auto r = sim::simulate(pj);

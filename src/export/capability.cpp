@@ -435,6 +435,25 @@ bool expressible(const Plan& p, Engine e, std::vector<Error>* why, const spec::T
   return ok;
 }
 
+std::vector<std::string> take_engine_switches(Plan& p, Engine e, const spec::TrainingSpec* t,
+                                              const spec::ModelSpec* m) {
+  const Walk w = walk(p, e, t, m);
+  std::vector<std::string> out;
+  auto take = [&](bool Plan::*field, bool stated, std::string_view name) {
+    if (stated || p.*field == w.p.*field) return;
+    p.*field = w.p.*field;
+    const std::string path = fmt::format("plan.{}:", name);
+    for (const auto& c : w.changes)
+      if (c.starts_with(path)) out.push_back(c);
+  };
+  take(&Plan::overlap_grad_reduce, p.overlap_grad_reduce_stated.value, "overlap_grad_reduce");
+  take(&Plan::overlap_param_gather, p.overlap_param_gather_stated.value, "overlap_param_gather");
+  take(&Plan::grad_accumulation_fusion, p.grad_accumulation_fusion_stated.value, "grad_accumulation_fusion");
+  take(&Plan::async_tp_backward, p.async_tp_backward_stated.value, "async_tp_backward");
+  take(&Plan::overlap_tp_comm, p.overlap_tp_comm_stated.value, "overlap_tp_comm");
+  return out;
+}
+
 Nearest nearest_expressible(const Plan& p, Engine e, const spec::TrainingSpec* t, const spec::ModelSpec* m) {
   auto w = walk(p, e, t, m);
   return {std::move(w.p), std::move(w.changes)};

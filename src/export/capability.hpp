@@ -36,6 +36,13 @@ bool expressible(const plan::Plan& p, Engine e, std::vector<Error>* why = nullpt
 Nearest nearest_expressible(const plan::Plan& p, Engine e, const spec::TrainingSpec* t = nullptr,
                             const spec::ModelSpec* m = nullptr);
 
+// The plan-level switches engine `e` fixes (the data-parallel overlaps, gradient-accumulation
+// fusion, the asynchronous TP backward, TP overlap), applied to those `p`'s file left unstated
+// (plan::Plan's *_stated): what the engine runs for them, as its rules above say. Returns one
+// line per switch changed, naming the field, the change and the engine's reason.
+std::vector<std::string> take_engine_switches(plan::Plan& p, Engine e, const spec::TrainingSpec* t = nullptr,
+                                              const spec::ModelSpec* m = nullptr);
+
 // `p` with the fields that have no effect set to mist's defaults: overlap_grad_reduce without data
 // parallelism (true), overlap_param_gather without ZeRO or data parallelism (true),
 // overlap_tp_comm without tensor parallelism (false). Engine options cannot state them, so an

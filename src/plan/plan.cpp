@@ -119,6 +119,10 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   p.overlap_tp_comm_stated.value = f.has("overlap_tp_comm");
   MIST_TRY(p.grad_accumulation_fusion, f.boolean_or("grad_accumulation_fusion", true));
   MIST_TRY(p.async_tp_backward, f.boolean_or("async_tp_backward", true));
+  p.overlap_grad_reduce_stated.value = f.has("overlap_grad_reduce");
+  p.overlap_param_gather_stated.value = f.has("overlap_param_gather");
+  p.grad_accumulation_fusion_stated.value = f.has("grad_accumulation_fusion");
+  p.async_tp_backward_stated.value = f.has("async_tp_backward");
   if (!f.has("stages")) return fail(f.field_path("stages"), "is required but missing (one object per pipeline stage)");
   const Json& st = f.raw("stages");
   if (!st.is_array()) return fail(f.field_path("stages"), "must be an array with one object per pipeline stage");

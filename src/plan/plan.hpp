@@ -70,6 +70,9 @@ struct Plan {
   // --overlap-param-gather; PyTorch DDP overlaps gradient all-reduce too).
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
+  // false: the plan file left the switch out (this one and those below): `--engine` then gives the
+  // engine's own (engines::take_engine_switches).
+  Stated overlap_grad_reduce_stated, overlap_param_gather_stated;
   // Tensor-parallel collectives pipelined with the GEMMs that produce/consume them (Megatron
   // --tp-comm-overlap with Transformer Engine userbuffers; needs sequence parallelism).
   bool overlap_tp_comm = false;
@@ -78,12 +81,14 @@ struct Plan {
   // --gradient-accumulation-fusion; cuBLAS beta = 1). When false each micro-batch's gradients are
   // added by a separate kernel (Megatron-LM 2021's local DDP, PyTorch's AccumulateGrad, DeepSpeed).
   bool grad_accumulation_fusion = true;
+  Stated grad_accumulation_fusion_stated;
   // Backward collectives of column-parallel linears launched asynchronously, each under a GEMM of
   // the same backward: the input re-gather (sequence parallelism) under the input-gradient GEMM,
   // the input gradient's all-reduce / reduce-scatter under the weight-gradient GEMM (Megatron's
   // LinearWithGradAccumulationAndAsyncCommunication, always on since late 2021). False: serial
   // (Megatron-LM 2021, Megatron-DeepSpeed under DeepSpeed, torchtitan without async TP).
   bool async_tp_backward = true;
+  Stated async_tp_backward_stated;
   std::vector<StagePlan> stages;         // pp entries, first to last
   bool operator==(const Plan&) const = default;
 };

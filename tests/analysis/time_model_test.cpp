@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "analysis/prepared_job.hpp"
 #include "test_jobs.hpp"
 
 namespace mist::analysis {
@@ -236,6 +237,39 @@ TEST(TimeModel, HostCostPerKernelFloorsSmallLayersOnly) {
   const double b = mist::testing::time_of(big, c_big, t_big, p_big, some)->iteration_time_s;
   EXPECT_GE(b, a);
   EXPECT_LT(b / a, 1.01);
+}
+
+// With the gradient reduction overlapped, the bucket reduced last runs exposed. On the first stage
+// that is the embedding, a parameter larger than any bucket and the last gradient the backward
+// makes (and the first weights the forward needs): its whole reduction and gather stay exposed,
+// where a later stage exposes only a 40M-parameter bucket.
+TEST(TimeModel, TheEmbeddingsBucketIsReducedAndGatheredExposed) {
+  const auto m = *spec::catalog_model("llama3-8b");  // 128,256 × 4,096: a 525M-parameter embedding
+  const auto c = cluster("H100-SXM5-80GB", 2, 8);
+  const auto t = training(256, 4096, spec::Dtype::kBf16, true, false);
+  plan::StagePlan z1;
+  z1.zero = 1;
+  plan::Plan p = plan::uniform_plan(m, 8, 1, 2, 1, 32, z1);
+  auto job = PreparedJob::create(m, c, t, {});
+  ASSERT_TRUE(job) << job.error().to_string();
+  auto overlapped = StageTimer::create(*job, p);
+  p.overlap_grad_reduce = p.overlap_param_gather = false;
+  auto serial = StageTimer::create(*job, p);
+  ASSERT_TRUE(overlapped && serial);
+  const double emb = overlapped->embedding_times().params, blk = overlapped->block_times().params;
+  const double first_params = 16 * blk + emb;
+  const auto a = overlapped->parts(p.stages[0], 0), a_serial = serial->parts(p.stages[0], 0);
+  const auto b = overlapped->parts(p.stages[1], 1), b_serial = serial->parts(p.stages[1], 1);
+  // The embedding's reduction and gather are exposed whole, on top of what the overlapped rest
+  // costs the compute (the interference); the last stage's last bucket is 40M parameters.
+  const double share = emb / first_params;
+  EXPECT_GT(share, 0.1);
+  EXPECT_GE(a.grad_sync, share * a_serial.grad_sync);
+  EXPECT_GE(a.param_gather, share * a_serial.param_gather);
+  // Stage 0 exposes the embedding where stage 1 exposes a bucket: the difference, less the
+  // interference the embedding would have cost under the backward (1 - 1/1.2856 of it).
+  EXPECT_GT(a.grad_sync - b.grad_sync, 0.6 * (share - 40e6 / first_params) * a_serial.grad_sync);
+  EXPECT_LT(a.grad_sync, a_serial.grad_sync);  // the rest is hidden
 }
 
 }  // namespace

@@ -229,16 +229,19 @@ TEST(GroundTruth, NemoH100RunsMatchTheReadmes) {
 TEST(GroundTruth, MegatronCoreH100HeldOutWithTheEfficiencyFittedOnNemo) {
   const TimeConstants k = committed_fit("h100_megatron_core_2024.time_constants.json", "nemo_h100_bf16_dgxc.json",
                                         [](const RunsFit& fit) {
-                                          // 3.2% / 5.5% (2026-11-30), from 20.3% / 26.7%
-                                          EXPECT_LE(mean_abs_error(fit.after), 0.035);
-                                          EXPECT_LE(max_abs_error(fit.after), 0.06);
+                                          // 3.2% / 5.5% (2026-11-30), from 20.3% / 26.7%; 1.2% /
+                                          // 2.4% since the edge buckets are exposed (2026-12-04)
+                                          EXPECT_LE(mean_abs_error(fit.after), 0.02);
+                                          EXPECT_LE(max_abs_error(fit.after), 0.035);
                                         });
   const double efficiency = k.perf.matmul_efficiency;
   const auto errs =
       check("megatron_core_r0.8_h100.json", k, fmt::format("Megatron-Core H100 (efficiency {:.4f})", efficiency));
   ASSERT_EQ(errs.size(), 9u);
-  EXPECT_LE(mean_abs_error(errs), 0.05);  // 4.6% (2026-11-30)
-  EXPECT_LE(max_abs_error(errs), 0.12);   // 11.2%: the 1.7B run, the smallest GEMMs (h = 2048), optimistic
+  EXPECT_LE(mean_abs_error(errs), 0.05);  // 4.6% (2026-11-30), 4.1% (2026-12-04)
+  // The target: no run beyond 10%. 11.2% until 2026-12-04 (the 1.7B run, optimistic), 9.3%
+  // since the first stage's embedding bucket is reduced and gathered exposed.
+  EXPECT_LE(max_abs_error(errs), 0.10);
 }
 
 

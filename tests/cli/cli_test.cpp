@@ -131,6 +131,18 @@ TEST(Cli, EngineSelectsTheCalibrationAndThePredictionSaysWhich) {
   EXPECT_EQ(deepspeed["calibration"]["engine"], "deepspeed");
   EXPECT_NE(deepspeed["calibration"]["stack"].get<std::string>().find("DeepSpeed"), std::string::npos);
   EXPECT_EQ(physics["calibration"]["kind"], "none");
+  // The example's plan leaves its switches out: DeepSpeed's own apply (ZeRO-1 reduces gradients
+  // after the backward, ...), said field by field; Megatron-LM's are the plan form's defaults.
+  EXPECT_TRUE(megatron["engine_switches"].empty());
+  EXPECT_FALSE(deepspeed["plan"]["overlap_grad_reduce"].get<bool>());
+  EXPECT_FALSE(deepspeed["plan"]["async_tp_backward"].get<bool>());
+  ASSERT_FALSE(deepspeed["engine_switches"].empty());
+  EXPECT_NE(deepspeed["engine_switches"][0].get<std::string>().find("plan.overlap_grad_reduce: true -> false"),
+            std::string::npos);
+  auto ds_args = example_job();
+  ds_args.insert(ds_args.end(), {"--engine", "deepspeed"});
+  auto ds_text = mist(ds_args);
+  EXPECT_NE(ds_text.out.find("as DeepSpeed runs it (the plan file left these out"), std::string::npos) << ds_text.out;
   // Calibrated GEMMs run below the catalog's MAMF: the same plan takes longer than the physics says.
   EXPECT_GT(megatron["iteration_time_s"].get<double>(), physics["iteration_time_s"].get<double>());
   EXPECT_LT(megatron["matmul_tflops"].get<double>(), physics["matmul_tflops"].get<double>());

@@ -107,5 +107,46 @@ TEST(Capability, CanonicalForgetsFieldsWithoutEffect) {
   EXPECT_EQ(canonical(q), q);
 }
 
+// A plan file that leaves the switches out gets the engine's: DeepSpeed below ZeRO-2 reduces
+// gradients after the backward, adds each micro-batch's gradients with a kernel of its own and
+// runs the TP backward collectives synchronously. A stated switch stays, and Megatron-LM's
+// defaults are the plan form's.
+TEST(Capability, UnstatedSwitchesAreTheEnginesOwn) {
+  const auto m = testing::model("llama2-13b");
+  const auto t = testing::training(512, 4096);
+  const Json base = {{"dp", 4}, {"tp", 2}, {"pp", 2}, {"micro_batch_size", 2}, {"grad_accum_steps", 64},
+                     {"stages", Json::array({Json{{"num_layers", 20}}, Json{{"num_layers", 20}}})}};
+  auto left_out = plan::plan_from_json(base, "plan");
+  ASSERT_TRUE(left_out) << left_out.error().to_string();
+  plan::Plan ds = *left_out;
+  const auto notes = take_engine_switches(ds, Engine::kDeepSpeed, &t, &m);
+  EXPECT_FALSE(ds.overlap_grad_reduce);
+  EXPECT_FALSE(ds.grad_accumulation_fusion);
+  EXPECT_FALSE(ds.async_tp_backward);
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_TRUE(notes[0].starts_with("plan.overlap_grad_reduce: true -> false (below ZeRO-2 DeepSpeed")) << notes[0];
+  // Only the switches move: the layout and the stages are the file's.
+  plan::Plan same = ds;
+  same.overlap_grad_reduce = same.grad_accumulation_fusion = same.async_tp_backward = true;
+  EXPECT_EQ(same, *left_out);
+  // Stated, a switch stays what the file says.
+  Json stated = base;
+  stated["overlap_grad_reduce"] = true;
+  stated["async_tp_backward"] = true;
+  auto kept = plan::plan_from_json(stated, "plan");
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(take_engine_switches(*kept, Engine::kDeepSpeed, &t, &m).size(), 1u);  // the fusion only
+  EXPECT_TRUE(kept->overlap_grad_reduce);
+  EXPECT_TRUE(kept->async_tp_backward);
+  // Megatron-LM runs the plan form's defaults; torchtitan's TP backward is synchronous.
+  plan::Plan mg = *left_out;
+  EXPECT_TRUE(take_engine_switches(mg, Engine::kMegatron, &t, &m).empty());
+  EXPECT_EQ(mg, *left_out);
+  plan::Plan tt = *left_out;
+  take_engine_switches(tt, Engine::kTorchtitan, &t, &m);
+  EXPECT_FALSE(tt.async_tp_backward);
+  EXPECT_FALSE(tt.grad_accumulation_fusion);
+}
+
 }  // namespace
 }  // namespace mist::engines
