@@ -51,6 +51,23 @@ SearchSpace test_space() {
   return s;
 }
 
+// Calls fn(f, space, layout, costs) on every `stride`-th layout of test_space() for job `j`, from
+// the `first`-th, with one MemoryPrograms for the job, as the tuner shares them.
+template <class Fn>
+void for_layouts(const Job& j, size_t first, size_t stride, Fn fn) {
+  const auto f = fixture(j);
+  const auto space = test_space();
+  const auto job = analysis::PreparedJob::create(f.m, f.c, f.t);
+  ASSERT_TRUE(job.has_value());
+  MemoryPrograms programs(*job);
+  const auto all = layouts(space, f.m, f.c, f.t);
+  for (size_t n = first; n < all.size(); n += stride) {
+    auto costs = StageCosts::create(*job, space, all[n], programs);
+    ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
+    fn(f, space, all[n], *costs);
+  }
+}
+
 // StageCosts::candidates prunes exactly only if raising recomputation or a weight, gradient or
 // activation offload fraction never lowers T, T - B nor T + v·D; and optimizer offload leaves T
 // and B alone.
@@ -102,22 +119,15 @@ TEST(StageCosts, TimeModelIsMonotoneWhereThePruningAssumesIt) {
 // the pruned candidates lose nothing the pipeline objective can see.
 TEST(StageCosts, CandidatesCoverEveryFittingSetting) {
   int covered = 0, pruned_total = 0;
-  for (size_t k = 0; k < std::size(kJobs); k += testing::kSanitized ? 2 : 1) {
-    const Job& j = kJobs[k];
-    const auto f = fixture(j);
-    const auto space = test_space();
-    const auto job = analysis::PreparedJob::create(f.m, f.c, f.t);
-    ASSERT_TRUE(job.has_value());
-    for (const auto& layout : layouts(space, f.m, f.c, f.t)) {
-      MemoryPrograms programs(*job);
-      auto costs = StageCosts::create(*job, space, layout, programs);
-      ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
+  for (size_t k = 0; k < std::size(kJobs); k += testing::kSanitized ? 2 : 1)
+    for_layouts(kJobs[k], 0, 1, [&](const Fixture& f, const SearchSpace& space, const plan::Plan& layout,
+                                    const StageCosts& costs) {
       const int64_t l = f.m.num_layers / layout.pp;
       const double v = static_cast<double>(layout.virtual_pipeline_stages);
       for (int i = 0; i < layout.pp; ++i) {
         TuneStats stats;
-        const auto all = costs->cost(stage_settings(space, l, layout.dp), i, stats, nullptr);
-        const auto cand = costs->candidates(l, i, stats, nullptr);
+        const auto all = costs.cost(stage_settings(space, l, layout.dp), i, stats, nullptr);
+        const auto cand = costs.candidates(l, i, stats, nullptr);
         EXPECT_LE(cand.size(), all.size());
         pruned_total += static_cast<int>(all.size() - cand.size());
         for (const auto& p : all) {
@@ -137,8 +147,7 @@ TEST(StageCosts, CandidatesCoverEveryFittingSetting) {
             return p.st.zero == q.st.zero && p.st.ckpt_layers == q.st.ckpt_layers && p.st.offload == q.st.offload;
           }));
       }
-    }
-  }
+    });
   EXPECT_GT(covered, 1000);
   EXPECT_GT(pruned_total, covered / 2);  // the pruning does prune
 }
@@ -150,38 +159,32 @@ TEST(StageCosts, MemoryNeverFallsAsAStageTakesMoreBlocks) {
   auto jobs = std::vector<Job>(std::begin(kJobs), std::end(kJobs));
   jobs.push_back({"qwen1.5-moe-a2.7b", "A100-SXM4-40GB", 1, 8, 64, 4096});  // experts
   jobs.push_back({"deepseek-v3", "H100-SXM5-80GB", 1, 8, 64, 4096});        // dense first blocks
-  for (size_t k = 0; k < jobs.size(); k += testing::kSanitized ? 2 : 1) {
-    const auto f = fixture(jobs[k]);
-    auto space = test_space();
-    const auto job = analysis::PreparedJob::create(f.m, f.c, f.t);
-    ASSERT_TRUE(job.has_value());
-    MemoryPrograms programs(*job);
-    const auto all = layouts(space, f.m, f.c, f.t);
-    // A spread of the layouts (each costs ~10⁶ settings), sparser under the sanitizers.
-    const size_t stride = testing::kSanitized ? 23 : 7;
-    for (size_t n = k % stride; n < all.size(); n += stride) {
-      const auto& layout = all[n];
-      auto costs = StageCosts::create(*job, space, layout, programs);
-      ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
+  bool failed = false;
+  // A spread of the layouts (each costs ~10⁶ settings), sparser under the sanitizers.
+  const size_t stride = testing::kSanitized ? 23 : 7;
+  for (size_t k = 0; k < jobs.size() && !failed; k += testing::kSanitized ? 2 : 1)
+    for_layouts(jobs[k], k % stride, stride, [&](const Fixture& f, const SearchSpace& space,
+                                                 const plan::Plan& layout, const StageCosts& costs) {
+      if (failed) return;
       const int64_t v = layout.virtual_pipeline_stages;
       for (int i : {0, static_cast<int>(layout.pp / 2), static_cast<int>(layout.pp) - 1})
         for (int64_t l = v; l <= f.m.num_layers / layout.pp + 2 * v; l += v) {
           TuneStats stats;
           auto settings = stage_settings(space, l, layout.dp);
           std::vector<double> peak, host, peak_more, host_more;
-          costs->memory(settings, i, peak, host, stats);
+          costs.memory(settings, i, peak, host, stats);
           for (auto& s : settings) s.num_layers += v;
-          costs->memory(settings, i, peak_more, host_more, stats);
+          costs.memory(settings, i, peak_more, host_more, stats);
           for (size_t r = 0; r < settings.size(); ++r, ++checked)
             if (peak_more[r] < peak[r] * (1 - 1e-12) || host_more[r] < host[r] * (1 - 1e-12)) {
               ADD_FAILURE() << jobs[k].model << " pp " << layout.pp << " v " << v << " stage " << i << " l " << l
                             << " zero " << settings[r].zero << " c " << settings[r].ckpt_layers << ": peak "
                             << peak[r] << " -> " << peak_more[r] << ", host " << host[r] << " -> " << host_more[r];
+              failed = true;
               return;
             }
         }
-    }
-  }
+    });
   EXPECT_GT(checked, testing::kSanitized ? 100000 : 1000000);
 }
 
@@ -189,15 +192,9 @@ TEST(StageCosts, MemoryNeverFallsAsAStageTakesMoreBlocks) {
 // miss, and saves evaluations.
 TEST(StageCosts, MisfitsChangeNothingButTheWork) {
   int64_t with_total = 0, without_total = 0;
-  for (size_t k = 0; k < std::size(kJobs); k += testing::kSanitized ? 2 : 1) {
-    const auto f = fixture(kJobs[k]);
-    const auto space = test_space();
-    const auto job = analysis::PreparedJob::create(f.m, f.c, f.t);
-    ASSERT_TRUE(job.has_value());
-    for (const auto& layout : layouts(space, f.m, f.c, f.t)) {
-      MemoryPrograms programs(*job);
-      auto costs = StageCosts::create(*job, space, layout, programs);
-      ASSERT_TRUE(costs.has_value()) << costs.error().to_string();
+  for (size_t k = 0; k < std::size(kJobs); k += testing::kSanitized ? 2 : 1)
+    for_layouts(kJobs[k], 0, 1, [&](const Fixture& f, const SearchSpace&, const plan::Plan& layout,
+                                    const StageCosts& costs) {
       const int64_t v = layout.virtual_pipeline_stages;
       const int64_t mid = f.m.num_layers / layout.pp / v * v;
       for (int i = 0; i < layout.pp; ++i) {
@@ -206,8 +203,8 @@ TEST(StageCosts, MisfitsChangeNothingButTheWork) {
           TuneStats with, without;
           Point near_with{0, 0, 0, {}, std::numeric_limits<double>::infinity()}, near_without = near_with;
           const bool track = l == mid;  // the near miss is tracked at one count, as the tuner does
-          const auto a = costs->candidates(l, i, with, track ? &near_with : nullptr, &misfits);
-          const auto b = costs->candidates(l, i, without, track ? &near_without : nullptr);
+          const auto a = costs.candidates(l, i, with, track ? &near_with : nullptr, &misfits);
+          const auto b = costs.candidates(l, i, without, track ? &near_without : nullptr);
           ASSERT_EQ(a.size(), b.size()) << "pp " << layout.pp << " stage " << i << " l " << l;
           for (size_t r = 0; r < a.size(); ++r) {
             EXPECT_EQ(a[r].T, b[r].T);
@@ -221,8 +218,7 @@ TEST(StageCosts, MisfitsChangeNothingButTheWork) {
           without_total += without.stage_settings_evaluated;
         }
       }
-    }
-  }
+    });
   EXPECT_LT(with_total, without_total);
 }
 
