@@ -86,6 +86,7 @@ int64_t backward(Builder& B, Instance& in, int64_t output_grad) {
 struct ParamTensor {
   double n = 0;
   bool expert = false;
+  bool fp8 = false;  // an FP8 linear's weight
 };
 
 struct StageLayer {
@@ -98,7 +99,7 @@ std::vector<ParamTensor> param_tensors(const graph::Layer& L, const sym::Binding
   std::vector<ParamTensor> v;
   for (const auto& op : L.ops) {
     const double n = sym::evaluate_or_zero(op.params, b);
-    if (n > 0) v.push_back({n, op.expert});
+    if (n > 0) v.push_back({n, op.expert, op.fp8});
   }
   return v;
 }
@@ -111,6 +112,20 @@ double sum(const std::vector<ParamTensor>& v, bool expert) {
   return s;
 }
 double sum(const std::vector<ParamTensor>& v) { return sum(v, false) + sum(v, true); }
+// Elements of the FP8 linears' weights among them.
+double sum_fp8(const std::vector<ParamTensor>& v, bool expert) {
+  double s = 0;
+  for (const auto& x : v)
+    if (x.expert == expert && x.fp8) s += x.n;
+  return s;
+}
+// The bytes of those tensors' weights: wb each, the FP8 linears' one with FP8 parameters.
+double weight_bytes(const std::vector<ParamTensor>& v, bool expert, double wb, bool fp8_params) {
+  double s = 0;
+  for (const auto& x : v)
+    if (x.expert == expert) s += x.n * (fp8_params && x.fp8 ? 1.0 : wb);
+  return s;
+}
 
 }  // namespace
 
@@ -185,11 +200,18 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
   // (DeepSpeed's ipg buckets and gathered partitions, Megatron's buckets): two of the largest
   // layer's, made once, as the memory model counts them. torchtitan's FSDP2 allocates per layer.
   const bool fsdp2 = torchtitan;
+  // FP8 parameters (--fp8-param-gather): the FP8 linears' weights in one byte, in a buffer of their
+  // own (Megatron-Core groups its buffers by parameter dtype).
+  const bool fp8_params = lm.options.fp8_params;
   if (!fsdp2) {
-    double p_max = 0;
+    double p_max = 0, w_max = 0;
     for (const auto& ch : chunks)
-      for (const auto& s : ch) p_max = std::max(p_max, s.params);
-    if (gathered) B.alloc(2 * wb * p_max);
+      for (const auto& s : ch) {
+        p_max = std::max(p_max, s.params);
+        w_max = std::max(w_max, weight_bytes(s.tensors, false, wb, fp8_params) +
+                                    weight_bytes(s.tensors, true, wb, fp8_params));
+      }
+    if (gathered) B.alloc(2 * w_max);
     if (reduced) B.alloc(2 * gb * p_max);
   }
   // Model state. torchtitan (FSDP2) keeps one sharded tensor per parameter; Megatron-Core and
@@ -203,10 +225,15 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
   if (torchtitan) {
     for (const auto& t : all_tensors) B.alloc(w_per * t.n);
   } else {
-    B.alloc(w_per * (stage_params - stage_experts));
+    // Weights: w_per / wb of each byte the parameters take (wb each, FP8 parameters one).
+    const double w_keep = (1 - off.weights) / z.weights, w_keep_x = (1 - off.weights) / zx.weights;
+    const double fp8_dense = fp8_params ? sum_fp8(all_tensors, false) : 0, fp8_exp = fp8_params ? sum_fp8(all_tensors, true) : 0;
+    B.alloc(w_per * (stage_params - stage_experts - fp8_dense));
+    if (fp8_dense > 0) B.alloc(w_keep * fp8_dense);
     B.alloc(g_per * (stage_params - stage_experts));  // Megatron's grad buffer (ZeRO-2/3: the shard DeepSpeed keeps)
     if (stage_experts > 0) {  // Megatron's expert-parallel buffers
-      B.alloc(w_per_x * stage_experts);
+      B.alloc(w_per_x * (stage_experts - fp8_exp));
+      if (fp8_exp > 0) B.alloc(w_keep_x * fp8_exp);
       B.alloc(g_per_x * stage_experts);
     }
   }
@@ -225,7 +252,7 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
       for (const auto& op : (j < nd ? lm.dense_block : lm.block).ops)
         if (op.fp8) {
           const double n = sym::evaluate_or_zero(op.params, b);
-          B.alloc(n);
+          if (!fp8_params) B.alloc(n);  // an FP8 parameter is its own row-wise copy
           B.alloc(n);
         }
 

@@ -84,6 +84,22 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   auto sharded = [&](const Expr& bytes, const Expr& z, const Expr& zx, const Expr& kept) {
     return experts ? bytes * ((P_stage - P_exp) / z + P_exp / zx) * kept : bytes * P_stage * kept / z;
   };
+  // FP8 parameters (--fp8-param-gather): the stage's FP8 linear weights (P8_stage, the experts' P8_exp
+  // among them) are kept in one byte instead of wb: the weights term takes (wb - 1)·P8 off, sharded
+  // as the rest. The layer-wise sizes of the gathered buffers do the same.
+  const bool fp8_params = lm.options.fp8_params;
+  const Expr P8_stage = fp8_params ? (l - D) * lm.block.fp8_params() + (dense ? D * lm.dense_block.fp8_params() : Expr(0.0))
+                                   : Expr(0.0);
+  const Expr P8_exp = fp8_params ? (l - D) * lm.block.fp8_expert_params() : Expr(0.0);
+  const Expr w_off = Expr(static_cast<double>(spec::dtype_bytes(training.precision) - 1));
+  auto fp8_saving = [&](const Expr& kept) {
+    return !fp8_params ? Expr(0.0)
+           : experts   ? w_off * ((P8_stage - P8_exp) / zw + P8_exp / S("zwx")) * kept
+                       : w_off * P8_stage * kept / zw;
+  };
+  auto gathered = [&](const graph::Layer& L) {
+    return fp8_params ? L.params() - (w_off / wb) * L.fp8_params() : L.params();
+  };
 
   // Activations of one micro-batch on this stage (formula form and bound form).
   const Expr A_blk = selective ? block_free.saved_selective : block_free.saved;
@@ -117,8 +133,8 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   const Expr X_head = H * (sym::max(M.head.input + M.head.fwd_peak, M.head.bwd_peak) - M.head.saved);
   const Expr X_emb = E * (sym::max(M.embedding.input + M.embedding.fwd_peak, M.embedding.bwd_peak) - M.embedding.saved);
 
-  const Expr P_max = sym::max({bound(P_blk, dims), has_dense * bound(P_dns, dims), E * bound(P_emb, dims),
-                               H * bound(P_head, dims)});
+  const Expr P_max = sym::max({bound(gathered(lm.block), dims), has_dense * (dense ? bound(gathered(lm.dense_block), dims) : Expr(0.0)),
+                               E * bound(P_emb, dims), H * bound(P_head, dims)});
   const double n_saved = M.block.saved_tensor_count;
   const double n_saved_dns = dense ? M.dense_block.saved_tensor_count : 0.0;
 
@@ -148,8 +164,14 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
                    : bytes + "·P_stage·(1 - " + off + ")/" + z;
   };
   M.terms = {
-      {"weights", "parameters in training precision, ZeRO-3 sharded, minus the offloaded share",
-       shown(n(wbi), "wo", "zw"), sharded(wb, zw, S("zwx"), 1 - wo)},
+      {"weights",
+       fp8_params ? "parameters in training precision, the FP8 linears' in FP8 (--fp8-param-gather), ZeRO-3 "
+                    "sharded, minus the offloaded share"
+                  : "parameters in training precision, ZeRO-3 sharded, minus the offloaded share",
+       !fp8_params ? shown(n(wbi), "wo", "zw")
+       : experts   ? shown(n(wbi), "wo", "zw") + " - " + n(wbi - 1) + "·((P8_stage - P8_exp)/zw + P8_exp/zwx)·(1 - wo)"
+                   : shown(n(wbi), "wo", "zw") + " - " + n(wbi - 1) + "·P8_stage·(1 - wo)/zw",
+       sharded(wb, zw, S("zwx"), 1 - wo) - fp8_saving(1 - wo)},
       {"gradients", "gradients in grad_dtype, sharded by ZeRO-2/3, minus the offloaded share",
        shown(n(gbi), "go", "zg"), sharded(gb, zg, S("zgx"), 1 - go)},
       {"optimizer_states", "optimizer state (fp32 master, moments), sharded by ZeRO-1+, minus offload",
@@ -190,11 +212,19 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   if (fp8_copies) {
     // After the model state, before the buffers (the order explain prints).
     auto at = std::find_if(M.terms.begin(), M.terms.end(), [](const auto& t) { return t.name == "weight_buffers"; });
+    // With FP8 parameters the row-wise copy is the parameter itself; the column-wise one remains.
+    const int copies = fp8_params ? 1 : 2;
+    const std::string k = std::to_string(copies) + "·";
     M.terms.insert(at, {"fp8_weight_copies",
-                        "FP8 copies of the FP8 linears' weights, row- and column-wise, kept for the iteration "
-                        "(Transformer Engine)",
-                        dense ? "2·((l - D)·P_fp8 + D·P_fp8_dns)" : "2·l·P_fp8",
-                        2 * ((l - D) * P_fp8 + D * P_fp8_dns)});
+                        fp8_params ? "column-wise FP8 copies of the FP8 parameters (Transformer Engine's transpose), "
+                                     "kept for the iteration"
+                                   : "FP8 copies of the FP8 linears' weights, row- and column-wise, kept for the "
+                                     "iteration (Transformer Engine)",
+                        dense ? k + "((l - D)·P_fp8 + D·P_fp8_dns)" : k + "l·P_fp8",
+                        Expr(static_cast<double>(copies)) * ((l - D) * P_fp8 + D * P_fp8_dns)});
+    if (fp8_params)
+      M.quantities.insert(M.quantities.begin() + 4,
+                          {"P8_stage", "FP8 linear weights of the stage on one GPU (kept in FP8)", P8_stage, false});
     M.quantities.insert(M.quantities.begin() + 4,
                         {"P_fp8", "weights of one block's FP8 linears on one GPU", P_fp8, false});
   }
@@ -203,7 +233,7 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   M.peak = sym::sum(all);
   M.block_activation = A_blk;
   M.block_activation_recomputed = A_in;
-  M.host_bytes = sharded(wb, zw, S("zwx"), wo) + sharded(gb, zg, S("zgx"), go) + sharded(K, zo, S("zox"), oo) +
+  M.host_bytes = sharded(wb, zw, S("zwx"), wo) - fp8_saving(wo) + sharded(gb, zg, S("zgx"), go) + sharded(K, zo, S("zox"), oo) +
                  p * ao * A_mb;
 
   M.inputs = kShapeSymbols;

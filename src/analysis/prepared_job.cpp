@@ -25,6 +25,15 @@ Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec
                 fmt::format("mist models torch.compile as torchtitan applies it (each block compiled); {} runs "
                             "eager kernels, fused by its own extensions: use --engine torchtitan or leave it false",
                             spec::display_name(engine)));
+  if (training.fp8_param_gather && engine != spec::Engine::kMegatron)
+    return fail("training.fp8_param_gather",
+                fmt::format("mist models FP8 weights as Megatron-LM keeps them (--fp8-param-gather, Transformer "
+                            "Engine's FP8 parameters); {} {}: use --engine megatron or leave it false",
+                            spec::display_name(engine),
+                            engine == spec::Engine::kTorchtitan
+                                ? "all-gathers float8 weights only with torchao's tensorwise recipe "
+                                  "(enable_fsdp_float8_all_gather), which torchtitan b5bcd76c does not have"
+                                : "has no FP8 training"));
   // Megatron-Core's MoE layer (graph/lower_moe.cpp) and its --qk-layernorm attention are the ones
   // lowered; torchtitan's and DeepSpeed's dispatch, keep and shard differently.
   if (std::string why = spec::megatron_core_only(model); !why.empty() && engine != spec::Engine::kMegatron)

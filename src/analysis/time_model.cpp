@@ -100,6 +100,8 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
   }
   r.params = sym::evaluate_or_zero(L.params(), at);
   r.expert_params = sym::evaluate_or_zero(L.expert_params(), at);
+  r.fp8_params = sym::evaluate_or_zero(L.fp8_params(), at);
+  r.fp8_expert_params = sym::evaluate_or_zero(L.fp8_expert_params(), at);
   r.saved = sym::evaluate_or_zero(selective ? acts.saved_selective : acts.saved, at);
   return r;
 }
@@ -186,6 +188,7 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
                        r.sources_);
   r.head_ = layer_times(lm.head, mem.head, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
   r.tied_params_ = sym::evaluate_or_zero(lm.tied_head_params, at);
+  r.fp8_params_ = lm.options.fp8_params;
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks), and cp ways along the
   // sequence.
@@ -261,11 +264,17 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   struct BlockPasses {
     double fwd = 0, bwd = 0, bwd_recomputed = 0, recompute = 0;
   };
+  // Bytes of a layer's weights, dense and expert: wb each, an FP8 parameter one.
+  auto weight_bytes = [&](const LayerTimes& x) {
+    const double f8 = fp8_params_ ? x.fp8_params - x.fp8_expert_params : 0, f8x = fp8_params_ ? x.fp8_expert_params : 0;
+    return std::pair{(x.params - x.expert_params - f8) * wb + f8, (x.expert_params - f8x) * wb + f8x};
+  };
   auto passes = [&](const LayerTimes& x) {
     const double x_dense = x.params - x.expert_params, x_exp = x.expert_params;
-    const double ag = st.zero >= 3 ? dp_collective(Collective::kAllGather, x_dense * wb, x_exp * wb) : 0;
+    const auto [w_dense, w_exp] = weight_bytes(x);
+    const double ag = st.zero >= 3 ? dp_collective(Collective::kAllGather, w_dense, w_exp) : 0;
     const double rs = st.zero >= 2 ? dp_collective(Collective::kReduceScatter, x_dense * gb, x_exp * gb) : 0;
-    const double w_shard = (x_dense / shard.weights + x_exp / shard_x.weights) * wb;
+    const double w_shard = w_dense / shard.weights + w_exp / shard_x.weights;
     const double g_shard = (x_dense / shard.gradients + x_exp / shard_x.gradients) * gb;
     const double w_swap = hardware::host_copy_time(c, off.weights * w_shard, k.comm);
     const double g_swap = hardware::host_copy_time(c, off.gradients * g_shard, k.comm);
@@ -351,7 +360,12 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     }
   }
   if (st.zero >= 1 && st.zero <= 2) {
-    param_gather = dp_collective(Collective::kAllGather, stage_dense * wb, stage_exp * wb);
+    // FP8 parameters are gathered in FP8: the blocks' FP8 linears take wb - 1 bytes less each.
+    const double saved = fp8_params_ ? wb - 1 : 0;
+    const double f8_dense = saved * ((l - nd) * (blk.fp8_params - blk.fp8_expert_params) +
+                                     nd * (dns_.fp8_params - dns_.fp8_expert_params));
+    const double f8_exp = saved * ((l - nd) * blk.fp8_expert_params + nd * dns_.fp8_expert_params);
+    param_gather = dp_collective(Collective::kAllGather, stage_dense * wb - f8_dense, stage_exp * wb - f8_exp);
     if (p.overlap_param_gather) {
       const double under = fwd / v;  // the first chunk's forward
       param_gather = exposed_of(under, param_gather);

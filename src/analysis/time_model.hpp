@@ -97,6 +97,9 @@ struct LayerTimes {
   double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
   double params = 0;                // parameters held by one GPU
   double expert_params = 0;         // the expert weights among them (sharded over the expert grid)
+  // The FP8 linears' weights among them, and the expert ones among those: one byte each when the
+  // job keeps FP8 parameters (StageTimer::fp8_params_), gathered as such.
+  double fp8_params = 0, fp8_expert_params = 0;
   double saved = 0;                 // activation bytes kept for backward
   // Kernels the host issues for one pass (each op's kernels and each TP collective): times the
   // stack's host cost per kernel, a floor under the pass (the GPU waits for a slower host).
@@ -148,6 +151,7 @@ class StageTimer {
   LayerTimes dns_;            // a mixture of experts' first dense blocks (dense_blocks_ of them, on stage 0)
   double dense_blocks_ = 0;
   double tied_params_ = 0;
+  bool fp8_params_ = false;  // FP8 parameters (--fp8-param-gather): gathered in one byte
   double p2p_s_ = 0;  // one boundary transfer
   double model_flops_ = 0;
   profile::SourceCounts sources_;

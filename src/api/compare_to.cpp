@@ -23,6 +23,7 @@ std::vector<JobDifference> differences(const engines::TrainingOverrides& o, cons
   if (o.optimizer) differ("optimizer", std::string(spec::to_string(*o.optimizer)), std::string(spec::to_string(file.optimizer)));
   if (o.dropout) differ("dropout", *o.dropout, file.dropout);
   if (o.compile) differ("compile", *o.compile, file.compile);
+  if (o.fp8_param_gather) differ("fp8_param_gather", *o.fp8_param_gather, file.fp8_param_gather);
   return out;
 }
 

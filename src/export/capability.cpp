@@ -176,6 +176,13 @@ void megatron_rules(Walk& w, const spec::TrainingSpec* t) {
     else if (w.p.stages[0].zero == 0)
       set_zero(w, 1, "optimizer offload runs in the distributed optimizer (--use-distributed-optimizer, ZeRO-1)");
   }
+  if (t && t->fp8_param_gather) {
+    if (w.p.stages[0].zero == 0)
+      set_zero(w, 1, "--fp8-param-gather runs in the distributed optimizer or FSDP (Megatron-LM asserts it)");
+    if (w.p.stages[0].offload.optimizer_states > 0 && t->fp8 != spec::Fp8Recipe::kDelayed)
+      drop_offload(w, &Offload::optimizer_states, "optimizer_states",
+                   "Megatron-LM offloads the optimizer with --fp8-param-gather only under --fp8-recipe delayed");
+  }
   if (params_gathered(w.p) && w.p.overlap_param_gather && !w.p.overlap_grad_reduce)
     set_flag(w, &Plan::overlap_param_gather, false, "plan.overlap_param_gather",
              "Megatron-LM overlaps the parameter all-gather only with --overlap-grad-reduce");
@@ -412,6 +419,12 @@ std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::Tr
   if (e == Engine::kTorchtitan && t && t->precision == spec::Dtype::kFp16)
     reasons.push_back({"training.precision", "torchtitan trains in bf16 or fp32 (training.mixed_precision_param), "
                                              "not fp16"});
+  if (t && t->fp8_param_gather && e != Engine::kMegatron)
+    reasons.push_back({"training.fp8_param_gather",
+                       e == Engine::kTorchtitan
+                           ? "torchtitan b5bcd76c's float8 recipes are rowwise, and torchao all-gathers float8 "
+                             "weights (enable_fsdp_float8_all_gather) with tensorwise scaling only"
+                           : "Megatron-DeepSpeed has no FP8 parameters"});
   if (t && t->fp8_training()) {
     using spec::Fp8Recipe;
     if (e == Engine::kDeepSpeed)

@@ -35,6 +35,8 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (optimizer) base.optimizer = *optimizer;
   if (dropout) base.dropout = *dropout;
   if (compile) base.compile = *compile;
+  if (fp8_param_gather) base.fp8_param_gather = *fp8_param_gather;
+  if (!base.fp8_training()) base.fp8_param_gather = false;  // FP8 weights only in FP8 training
   return base;
 }
 

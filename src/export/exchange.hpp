@@ -67,6 +67,7 @@ struct TrainingOverrides {
   std::optional<spec::Optimizer> optimizer;
   std::optional<bool> dropout;
   std::optional<bool> compile;
+  std::optional<bool> fp8_param_gather;
   // `base` with the stated settings replacing its own.
   spec::TrainingSpec applied_to(spec::TrainingSpec base) const;
 };

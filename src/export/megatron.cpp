@@ -23,7 +23,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 75> kFlags{{
+constexpr std::array<FlagSpec, 76> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -60,6 +60,7 @@ constexpr std::array<FlagSpec, 75> kFlags{{
     {"--fp16", false},
     {"--fp8-format", true},  // TransformerConfig.fp8 (transformer_config.py:587)
     {"--fp8-recipe", true},  // TransformerConfig.fp8_recipe, default delayed (:594)
+    {"--fp8-param-gather", false},  // arguments.py:2016 (DistributedDataParallelConfig.fp8_param_gather)
     {"--optimizer", true},
     {"--hidden-dropout", true},
     {"--attention-dropout", true},
@@ -446,6 +447,7 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     // Transformer Engine's hybrid format: E4M3 activations and weights, E5M2 gradients.
     add(o, "--fp8-format", std::string("hybrid"));
     add(o, "--fp8-recipe", std::string(spec::to_string(t.fp8)));
+    if (t.fp8_param_gather) add(o, "--fp8-param-gather");
   }
   add_model_options(o, m, t);
   return o;
@@ -672,6 +674,20 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
       out.notes.push_back("--fp8-format e4m3: modelled as hybrid (the GEMM rate and bytes are the same)");
   } else {
     out.training.fp8 = spec::Fp8Recipe::kNone;
+  }
+  // FP8 parameters (Megatron-LM's own checks, arguments.py at d98e8a64).
+  out.training.fp8_param_gather = false;
+  if (f.has("--fp8-param-gather")) {
+    if (!fp8_format) return fail("--fp8-param-gather", "keeps the FP8 linears' weights in FP8: it needs --fp8-format");
+    if (zero == 0 && !f.has("--use-torch-fsdp2"))
+      return fail("--fp8-param-gather", "needs the distributed optimizer or FSDP (Megatron-LM asserts it)");
+    if (f.has("--use-torch-fsdp2"))
+      out.notes.push_back("--fp8-param-gather with --use-torch-fsdp2: Megatron-LM turns it off with Transformer "
+                          "Engine 2.0 and later (bf16 all-gather), and so does mist");
+    else if (f.has("--optimizer-cpu-offload") && out.training.fp8 != spec::Fp8Recipe::kDelayed)
+      return fail("--fp8-param-gather", "with --optimizer-cpu-offload needs --fp8-recipe delayed (Megatron-LM asserts it)");
+    else
+      out.training.fp8_param_gather = true;
   }
   MIST_TRY(auto opt, f.choice("--optimizer", {"adam", "sgd", "muon", "dist_muon", "lion", "soap", "adaptive_muon"}));
   if (!opt || *opt == "adam") out.training.optimizer = spec::Optimizer::kAdamW;  // decoupled weight decay

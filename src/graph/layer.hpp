@@ -150,6 +150,7 @@ struct Layer {
   Expr params() const;         // Σ op params (per GPU)
   Expr expert_params() const;  // the expert weights among them (Op::expert)
   Expr fp8_params() const;     // the weights of its FP8 linears (Op::fp8)
+  Expr fp8_expert_params() const;  // the expert weights among them
   Expr fwd_flops() const;
   Expr bwd_flops() const;
 };
@@ -203,8 +204,11 @@ struct LoweringOptions {
   // is_first_microbatch); false: torchao keeps the bf16 input and casts the weights at every use.
   // fp8_cast_bytes: bytes moved per element to quantize one operand: a read of the bf16 value and
   // the row- and column-wise FP8 copies (4), plus the separate amax pass of current scaling (6).
+  // fp8_params: the FP8 linears' weights are FP8 parameters (Megatron's --fp8-param-gather): one
+  // byte each, all-gathered in FP8, their row-wise copy the parameter itself.
   bool fp8 = false;
   bool fp8_keeps_fp8_inputs = false;
+  bool fp8_params = false;
   int fp8_cast_bytes = 4;
 };
 

@@ -601,6 +601,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.act_bytes = spec::dtype_bytes(training.precision);
   o.fp8 = training.fp8_training();
   o.fp8_keeps_fp8_inputs = engine != spec::Engine::kTorchtitan;
+  o.fp8_params = o.fp8 && training.fp8_param_gather;
   // Current scaling (tensorwise, rowwise) computes each operand's amax in a pass before the cast.
   o.fp8_cast_bytes =
       training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;
@@ -714,6 +715,12 @@ Expr Layer::fp8_params() const {
   std::vector<Expr> v;
   for (const auto& o : ops)
     if (o.fp8) v.push_back(o.params);
+  return v.empty() ? Expr(0.0) : sym::sum(v);
+}
+Expr Layer::fp8_expert_params() const {
+  std::vector<Expr> v;
+  for (const auto& o : ops)
+    if (o.fp8 && o.expert) v.push_back(o.params);
   return v.empty() ? Expr(0.0) : sym::sum(v);
 }
 Expr Layer::fwd_flops() const {

@@ -31,7 +31,8 @@ Fp8Recipe parse_recipe(const std::string& s) {
 Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) {
   MIST_TRY(JsonFields f, JsonFields::of(j, what));
   MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "fp8_recipe", "optimizer",
-                                    "flash_attention", "dropout", "grad_dtype", "compile"}));
+                                    "flash_attention", "dropout", "grad_dtype", "compile",
+                                    "fp8_param_gather"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
   MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
@@ -41,6 +42,11 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   if (f.has("fp8_recipe") && precision != "fp8")
     return fail(f.field_path("fp8_recipe"), fmt::format("applies to \"precision\": \"fp8\" only, and precision is \"{}\"",
                                                         precision));
+  MIST_TRY(t.fp8_param_gather, f.boolean_or("fp8_param_gather", false));
+  if (t.fp8_param_gather && precision != "fp8")
+    return fail(f.field_path("fp8_param_gather"),
+                fmt::format("keeps the FP8 linears' weights in FP8, so it needs \"precision\": \"fp8\"; precision is \"{}\"",
+                            precision));
   MIST_TRY(std::string grad, f.choice_or("grad_dtype", "fp32", {"fp32", "fp16", "bf16"}));
   MIST_TRY(std::string optimizer, f.choice_or("optimizer", "adamw", {"adamw", "sgd"}));
   MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
@@ -75,6 +81,7 @@ Json training_to_json(const TrainingSpec& t) {
          {"dropout", t.dropout},
          {"compile", t.compile}};
   if (t.fp8_training()) j["fp8_recipe"] = to_string(t.fp8);
+  if (t.fp8_param_gather) j["fp8_param_gather"] = true;
   return j;
 }
 

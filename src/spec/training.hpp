@@ -31,6 +31,9 @@ struct TrainingSpec {
   // "precision": "fp8": the linears' GEMMs run in FP8 with this recipe, everything else as bf16
   // (precision is then kBf16). kNone: no FP8.
   Fp8Recipe fp8 = Fp8Recipe::kNone;
+  // "fp8_param_gather": the FP8 linears' weights are kept in FP8 (one byte per parameter; the fp32
+  // master copy stays in the optimizer) and all-gathered in FP8: Megatron-LM's --fp8-param-gather.
+  bool fp8_param_gather = false;
 
   bool mixed_precision() const { return precision != Dtype::kFp32; }
   bool fp8_training() const { return fp8 != Fp8Recipe::kNone; }

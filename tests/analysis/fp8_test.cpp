@@ -17,6 +17,7 @@ using mist::testing::expect_error;
 using mist::testing::memory_of;
 using mist::testing::memory_term;
 using mist::testing::op_named;
+using mist::testing::predict;
 using mist::testing::time_of;
 
 spec::TrainingSpec fp8(spec::Fp8Recipe r = spec::Fp8Recipe::kTensorwise) {
@@ -100,6 +101,63 @@ TEST(Fp8, WeightCopiesAndOneByteInputs) {
   EXPECT_DOUBLE_EQ(copies, 2.0 * 32 * (4096.0 * 6144 + 4096.0 * 4096 + 4096.0 * 28672 + 14336.0 * 4096));
   EXPECT_LT(memory_term(f8.stages[0], "activations"), memory_term(bf.stages[0], "activations"));
   EXPECT_DOUBLE_EQ(memory_term(f8.stages[0], "weights"), memory_term(bf.stages[0], "weights"));
+}
+
+// FP8 parameters (Megatron-LM's --fp8-param-gather): the FP8 linears' weights take one byte instead
+// of two, their row-wise FP8 copy is the parameter itself (the column-wise one stays), the
+// distributed optimizer's all-gather moves them in FP8, and the replayed reserve falls with the
+// allocated peak.
+TEST(Fp8, Fp8ParametersKeepTheFp8LinearsWeightsInOneByte) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  const auto c = cluster("H100-SXM5-80GB", 1, 8);
+  auto p = llama_plan(8, 1);
+  p.overlap_param_gather = false;  // the gather alone, in the iteration's delta
+  auto t8 = fp8();
+  t8.fp8_param_gather = true;
+  const auto a = *predict(m, c, fp8(), p), b = *predict(m, c, t8, p);
+  const double P8 = 32 * (4096.0 * 6144 + 4096.0 * 4096 + 4096.0 * 28672 + 14336.0 * 4096);
+  const auto &sa = a.memory.stages[0], &sb = b.memory.stages[0];
+  // ZeRO-1 keeps every weight on every rank: one byte less per FP8 parameter, one copy fewer.
+  EXPECT_DOUBLE_EQ(memory_term(sa, "weights") - memory_term(sb, "weights"), P8);
+  EXPECT_DOUBLE_EQ(memory_term(sa, "fp8_weight_copies"), 2 * P8);
+  EXPECT_DOUBLE_EQ(memory_term(sb, "fp8_weight_copies"), P8);
+  EXPECT_DOUBLE_EQ(sa.peak_bytes - sb.peak_bytes, 2 * P8);
+  // The replay of the allocations sees the same bytes go (within the allocator's rounding).
+  EXPECT_NEAR(sa.replayed_allocated_bytes - sb.replayed_allocated_bytes, 2 * P8, 64.0 * (1 << 20));
+  EXPECT_NEAR(sa.reserved_bytes - sb.reserved_bytes, 2 * P8, 256.0 * (1 << 20));
+  // The parameter all-gather moves 2·P - P8 bytes instead of 2·P (P: the stage's parameters); a
+  // collective's time is a latency plus bytes over bandwidth, so it falls by less than its bytes.
+  auto gather = [](const analysis::Prediction& x) {
+    for (const auto& term : x.time.stages[0].delta_terms)
+      if (term.name == "parameter_gather") return term.seconds;
+    ADD_FAILURE() << "no parameter_gather";
+    return 0.0;
+  };
+  const double P = 8030261248.0;  // Llama 3 8B
+  EXPECT_LT(gather(b), gather(a));
+  EXPECT_GT(gather(b), (2 * P - P8) / (2 * P) * gather(a));
+  EXPECT_LT(b.time.iteration_time_s, a.time.iteration_time_s);
+  // Under ZeRO-3 the shards hold them in one byte too; the gathered buffers are sized by the largest
+  // layer, here the embedding (525M parameters against a block's 218M), which stays bf16.
+  for (auto& st : p.stages) st.zero = 3;
+  const auto a3 = *memory_of(m, c, fp8(), p), b3 = *memory_of(m, c, t8, p);
+  EXPECT_DOUBLE_EQ(memory_term(b3.stages[0], "weight_buffers"), memory_term(a3.stages[0], "weight_buffers"));
+  EXPECT_DOUBLE_EQ(memory_term(a3.stages[0], "weights") - memory_term(b3.stages[0], "weights"), P8 / 8);
+}
+
+// fp8_param_gather needs FP8 training, and mist models it as Megatron-LM keeps FP8 parameters: the
+// other engines refuse it, naming the field.
+TEST(Fp8, Fp8ParametersNeedFp8TrainingAndMegatron) {
+  expect_error(spec::training_from_json(Json{{"global_batch_size", 8}, {"seq_length", 1024}, {"fp8_param_gather", true}},
+                                        "training"),
+               "training.fp8_param_gather", "needs \"precision\": \"fp8\"");
+  const auto m = *spec::catalog_model("llama3-8b");
+  auto t8 = fp8(spec::Fp8Recipe::kRowwise);
+  t8.fp8_param_gather = true;
+  const auto tt = analysis::PreparedJob::create(m, cluster("H100-SXM5-80GB", 1, 8), t8, {}, {}, spec::Engine::kTorchtitan);
+  ASSERT_FALSE(tt.has_value());
+  EXPECT_EQ(tt.error().path, "training.fp8_param_gather");
+  EXPECT_NE(tt.error().message.find("enable_fsdp_float8_all_gather"), std::string::npos) << tt.error().message;
 }
 
 // A GPU without FP8 tensor cores refuses it, naming the field; mxfp8 needs Blackwell.

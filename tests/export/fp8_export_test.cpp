@@ -49,6 +49,53 @@ TEST(Fp8Export, MegatronWritesTheRecipeAndReadsItBack) {
                "custom");
 }
 
+// --fp8-param-gather: written with FP8 training, read back; Megatron-LM's own checks on import
+// (FP8 needed, the distributed optimizer or FSDP needed, turned off under torch FSDP2); a plan
+// without the distributed optimizer moves to ZeRO-1; the other engines refuse it.
+TEST(Fp8Export, MegatronKeepsFp8ParametersWithTheDistributedOptimizer) {
+  const auto m = model("llama3-8b");
+  const auto c = cluster(1, 8, "H100-SXM5-80GB");
+  auto t = fp8_training(spec::Fp8Recipe::kTensorwise);
+  t.fp8_param_gather = true;
+  auto x = export_plan(Engine::kMegatron, {m, c, t, testing::plan(4, 2, {32}, 1, 16, 1), {}});
+  ASSERT_TRUE(x && x->exported);
+  const auto& o = x->exported->options;
+  EXPECT_TRUE(value(o, "--fp8-param-gather").has_value());
+  auto back = import_megatron_flags(command(o), m, c);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->training.fp8_param_gather, std::optional<bool>(true));
+  EXPECT_TRUE(back->training.applied_to(testing::training(64, 4096)).fp8_param_gather);
+  // Without FP8 parameters the flag is absent and reads back false.
+  auto plain = export_plan(Engine::kMegatron, {m, c, fp8_training(spec::Fp8Recipe::kTensorwise),
+                                               testing::plan(4, 2, {32}, 1, 16, 1), {}});
+  EXPECT_FALSE(value(plain->exported->options, "--fp8-param-gather").has_value());
+  EXPECT_EQ(import_megatron_flags(command(plain->exported->options), m, c)->training.fp8_param_gather,
+            std::optional<bool>(false));
+
+  const std::string base = " --tensor-model-parallel-size 2 --micro-batch-size 1 --bf16 --num-layers 32"
+                           " --hidden-size 4096 --num-attention-heads 32 --group-query-attention"
+                           " --num-query-groups 8 --ffn-hidden-size 14336";
+  expect_error(import_megatron_flags(base + " --use-distributed-optimizer --fp8-param-gather", m, c),
+               "--fp8-param-gather", "--fp8-format");
+  expect_error(import_megatron_flags(base + " --fp8-format hybrid --fp8-param-gather", m, c), "--fp8-param-gather",
+               "distributed optimizer");
+  auto fsdp2 = import_megatron_flags(base + " --fp8-format hybrid --use-torch-fsdp2 --fp8-param-gather", m, c);
+  ASSERT_TRUE(fsdp2) << fsdp2.error().to_string();
+  EXPECT_EQ(fsdp2->training.fp8_param_gather, std::optional<bool>(false));
+
+  // ZeRO-0 cannot keep FP8 parameters in Megatron-LM: the nearest plan it runs is ZeRO-1.
+  const auto zero0 = testing::plan(4, 2, {32}, 1, 16, 0);
+  EXPECT_FALSE(expressible(zero0, Engine::kMegatron, nullptr, &t));
+  const auto near = nearest_expressible(zero0, Engine::kMegatron, &t);
+  EXPECT_EQ(near.plan.stages[0].zero, 1);
+  // torchtitan and DeepSpeed refuse it, naming the field.
+  auto tt = fp8_training(spec::Fp8Recipe::kRowwise);
+  tt.fp8_param_gather = true;
+  bool named = false;
+  for (const auto& w : inexpressible_reasons(zero0, Engine::kTorchtitan, &tt)) named |= w.path == "training.fp8_param_gather";
+  EXPECT_TRUE(named);
+}
+
 TEST(Fp8Export, EachEngineRefusesTheRecipesItLacks) {
   const auto p = testing::plan(4, 2, {32}, 1, 16, 1);
   auto reason = [&](Engine e, spec::Fp8Recipe r) {

@@ -30,7 +30,7 @@ const std::set<std::string> kMegatronNames{
     "--overlap-param-gather", "--tp-comm-overlap", "--no-gradient-accumulation-fusion", "--use-megatron-fsdp",
     "--use-torch-fsdp2", "--data-parallel-sharding-strategy", "--ckpt-format", "--optimizer-cpu-offload",
     "--use-precision-aware-optimizer", "--optimizer-offload-fraction", "--cpu-offloading-num-layers", "--bf16",
-    "--fp16", "--fp8-format", "--fp8-recipe", "--optimizer", "--hidden-dropout", "--attention-dropout",
+    "--fp16", "--fp8-format", "--fp8-recipe", "--fp8-param-gather", "--optimizer", "--hidden-dropout", "--attention-dropout",
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention", "--num-query-groups",
     "--max-position-embeddings", "--normalization", "--swiglu", "--position-embedding-type",
     "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
