@@ -68,6 +68,8 @@ struct TrainingOverrides {
   std::optional<bool> dropout;
   std::optional<bool> compile;
   std::optional<bool> fp8_param_gather;
+  std::optional<double> moe_capacity_factor;  // 0: dropless
+  std::optional<bool> moe_pad_to_capacity;
   // `base` with the stated settings replacing its own.
   spec::TrainingSpec applied_to(spec::TrainingSpec base) const;
 };

@@ -23,7 +23,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 76> kFlags{{
+constexpr std::array<FlagSpec, 78> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -82,6 +82,8 @@ constexpr std::array<FlagSpec, 76> kFlags{{
     {"--moe-ffn-hidden-size", true},
     {"--moe-grouped-gemm", false},
     {"--moe-token-dispatcher-type", true},
+    {"--moe-expert-capacity-factor", true},  // TransformerConfig.moe_expert_capacity_factor (:917)
+    {"--moe-pad-expert-input-to-capacity", false},  // TransformerConfig.moe_pad_expert_input_to_capacity (:921)
     {"--expert-tensor-parallel-size", true},
     {"--moe-shared-expert-intermediate-size", true},
     {"--moe-shared-expert-gate", false},
@@ -443,6 +445,10 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     add(o, "--cpu-offloading-num-layers",
         static_cast<int64_t>(std::llround(s0.offload.activations * static_cast<double>(s0.num_layers))));
   detail::add_training_flags(o, t);
+  if (m.is_moe() && t.moe_capacity_factor > 0) {
+    add(o, "--moe-expert-capacity-factor", fmt::format("{}", t.moe_capacity_factor));
+    if (t.moe_pad_to_capacity) add(o, "--moe-pad-expert-input-to-capacity");
+  }
   if (t.fp8_training()) {
     // Transformer Engine's hybrid format: E4M3 activations and weights, E5M2 gradients.
     add(o, "--fp8-format", std::string("hybrid"));
@@ -674,6 +680,19 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
       out.notes.push_back("--fp8-format e4m3: modelled as hybrid (the GEMM rate and bytes are the same)");
   } else {
     out.training.fp8 = spec::Fp8Recipe::kNone;
+  }
+  // Token dropping (TransformerConfig's checks at d98e8a64: a negative factor means none; padding
+  // needs a factor).
+  MIST_TRY(auto capacity, f.number("--moe-expert-capacity-factor", -1e9, 64));
+  const bool pad = f.has("--moe-pad-expert-input-to-capacity");
+  const bool dropping = capacity && *capacity >= 0;
+  if (pad && !dropping)
+    return fail("--moe-pad-expert-input-to-capacity", "needs --moe-expert-capacity-factor (Megatron-LM raises it)");
+  if (dropping && *capacity == 0)
+    return fail("--moe-expert-capacity-factor", "0 would drop every token");
+  if (capacity || pad) {
+    out.training.moe_capacity_factor = dropping ? *capacity : 0.0;
+    out.training.moe_pad_to_capacity = pad;
   }
   // FP8 parameters (Megatron-LM's own checks, arguments.py at d98e8a64).
   out.training.fp8_param_gather = false;

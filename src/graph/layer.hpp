@@ -192,6 +192,12 @@ struct LoweringOptions {
   bool expert_parallel = false;
   bool expert_tensor_parallel = false;
   bool one_local_expert = false;
+  // The routed rows of the busiest expert rank over the balanced share (TrainingSpec::moe_load_factor):
+  // its expert GEMMs, activations and all-to-all shares grow by it, and the step waits for that
+  // rank. An imbalance is at most ep (a rank receives at most every token's copies); a padded
+  // capacity (moe_load_padded) is what every expert computes, whatever ep.
+  double moe_load = 1.0;
+  bool moe_load_padded = false;
   // Context parallelism (Megatron-Core's p2p ring, torchtitan's ring attention): every token-wise op
   // sees s/cp tokens (symbol cp), the attention's local queries attend to all s keys, whose blocks
   // travel around the CP ring.

@@ -602,6 +602,8 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.fp8 = training.fp8_training();
   o.fp8_keeps_fp8_inputs = engine != spec::Engine::kTorchtitan;
   o.fp8_params = o.fp8 && training.fp8_param_gather;
+  o.moe_load = training.moe_load_factor();
+  o.moe_load_padded = training.moe_pad_to_capacity;
   // Current scaling (tensorwise, rowwise) computes each operand's amax in a pass before the cast.
   o.fp8_cast_bytes =
       training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;

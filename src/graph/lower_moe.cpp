@@ -2,9 +2,11 @@
 // TopKRouter, MoEAlltoAllTokenDispatcher, TEGroupedMLP, SharedExpertMLP) on its expert grid: the
 // experts split over ep ranks and each expert's weights over etp ranks (symbols ep and etp), with
 // unfused permutation (--moe-permute-fusion off) and the activation dtype for the router. Tokens
-// are assumed balanced across experts: each expert computes s·b·k/E tokens of every sequence (the
-// published MoE runs force the balance; a router imbalance factor is future work). docs/memory-model.md, "Mixture of experts", lists what each step keeps, with the source
-// lines of Megatron-LM d98e8a64 it follows.
+// are balanced across experts (each expert computes s·b·k/E tokens of every sequence, as the
+// published MoE runs force it) unless the training sets a load imbalance or a capacity factor
+// (LoweringOptions::moe_load): then the busiest rank's rows are counted. docs/memory-model.md,
+// "Mixture of experts", lists what each step keeps, with the source lines of Megatron-LM d98e8a64
+// it follows.
 #include "graph/builder.hpp"
 
 namespace mist::graph::detail {
@@ -126,14 +128,20 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   // group. With ep > 1 each rank's routed rows go to the ranks of their experts (all-to-all, the
   // probabilities too) and, balanced, as many come back; with etp > 1 the group's rows are gathered
   // to each of its ranks, which computes them on its 1/etp of each local expert.
+  // Under a load imbalance the busiest rank (the one the step waits for) receives `load` times the
+  // balanced share, at most ep times it (every rank's copies), and with a capacity factor no more
+  // than the capacity; it sends its own share, so the all-to-all takes its receive volume.
   const Expr local_experts = E / s.ep;
-  const Expr rows = s.etp * routed;  // rows this rank's expert GEMMs compute
+  const Expr received = o.moe_load == 1.0 ? routed  // rows routed to this rank's experts, from its ep group
+                        : o.moe_load_padded ? routed * Expr(o.moe_load)
+                                            : routed * sym::min(Expr(o.moe_load), s.ep);
+  const Expr rows = s.etp * received;   // rows this rank's expert GEMMs compute
   int tokens = permuted, row_probs = permuted_probs;
   if (o.expert_parallel) {
-    const TpComm a2a{CommKind::kAllToAll, routed * s.h * w(o), CommGroup::kExpert};
-    const TpComm a2a_probs{CommKind::kAllToAll, routed * w(o), CommGroup::kExpert};
-    tokens = dispatcher_comm(B, "moe.dispatch_a2a", tokens, routed * s.h * w(o), a2a, a2a);
-    row_probs = dispatcher_comm(B, "moe.dispatch_a2a_probs", row_probs, routed * w(o), a2a_probs, a2a_probs);
+    const TpComm a2a{CommKind::kAllToAll, received * s.h * w(o), CommGroup::kExpert};
+    const TpComm a2a_probs{CommKind::kAllToAll, received * w(o), CommGroup::kExpert};
+    tokens = dispatcher_comm(B, "moe.dispatch_a2a", tokens, received * s.h * w(o), a2a, a2a);
+    row_probs = dispatcher_comm(B, "moe.dispatch_a2a_probs", row_probs, received * w(o), a2a_probs, a2a_probs);
   }
   if (o.expert_tensor_parallel) {
     auto gather = [&](const std::string& name, int in, Expr full) {
@@ -176,12 +184,12 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   if (sort) back = sort_chunks("moe.unsort_chunks", back, rows * s.h * w(o));
   if (o.expert_tensor_parallel) {
     const Expr full = rows * s.h * w(o);
-    back = dispatcher_comm(B, "moe.combine_scatter", back, routed * s.h * w(o),
+    back = dispatcher_comm(B, "moe.combine_scatter", back, received * s.h * w(o),
                            {CommKind::kReduceScatter, full, CommGroup::kExpertTp},
                            {CommKind::kAllGather, full, CommGroup::kExpertTp});
   }
   if (o.expert_parallel) {
-    const TpComm a2a{CommKind::kAllToAll, routed * s.h * w(o), CommGroup::kExpert};
+    const TpComm a2a{CommKind::kAllToAll, received * s.h * w(o), CommGroup::kExpert};
     back = dispatcher_comm(B, "moe.combine_a2a", back, routed * s.h * w(o), a2a, a2a);
   }
 

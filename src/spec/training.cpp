@@ -1,6 +1,8 @@
 // TrainingSpec: the JSON form and the dtype helpers.
 #include "spec/training.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "spec/catalog.hpp"
@@ -11,6 +13,9 @@ namespace {
 
 constexpr int64_t kMaxGlobalBatch = 1'000'000'000;
 constexpr int64_t kMaxSeqLength = 10'000'000;
+// The busiest expert rank's load, and an expert's capacity, over the balanced share: beyond 64
+// no routing of the models mist knows is plausible (a rank of ep 64 taking every token).
+constexpr double kMaxMoeFactor = 64.0;
 
 Dtype parse_dtype(const std::string& s) {
   if (s == "fp32") return Dtype::kFp32;
@@ -32,7 +37,8 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_TRY(JsonFields f, JsonFields::of(j, what));
   MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "fp8_recipe", "optimizer",
                                     "flash_attention", "dropout", "grad_dtype", "compile",
-                                    "fp8_param_gather"}));
+                                    "fp8_param_gather", "moe_load_imbalance", "moe_capacity_factor",
+                                    "moe_pad_to_capacity"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
   MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
@@ -47,6 +53,13 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
     return fail(f.field_path("fp8_param_gather"),
                 fmt::format("keeps the FP8 linears' weights in FP8, so it needs \"precision\": \"fp8\"; precision is \"{}\"",
                             precision));
+  MIST_TRY(t.moe_load_imbalance, f.number_or("moe_load_imbalance", 1.0, 1.0, kMaxMoeFactor));
+  MIST_TRY(t.moe_capacity_factor, f.number_or("moe_capacity_factor", 0.0, 0.0, kMaxMoeFactor));
+  if (f.has("moe_capacity_factor") && t.moe_capacity_factor <= 0)
+    return fail(f.field_path("moe_capacity_factor"), "must be above 0 (leave it out for dropless routing)");
+  MIST_TRY(t.moe_pad_to_capacity, f.boolean_or("moe_pad_to_capacity", false));
+  if (t.moe_pad_to_capacity && t.moe_capacity_factor <= 0)
+    return fail(f.field_path("moe_pad_to_capacity"), "pads each expert to its capacity: it needs \"moe_capacity_factor\"");
   MIST_TRY(std::string grad, f.choice_or("grad_dtype", "fp32", {"fp32", "fp16", "bf16"}));
   MIST_TRY(std::string optimizer, f.choice_or("optimizer", "adamw", {"adamw", "sgd"}));
   MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
@@ -82,7 +95,15 @@ Json training_to_json(const TrainingSpec& t) {
          {"compile", t.compile}};
   if (t.fp8_training()) j["fp8_recipe"] = to_string(t.fp8);
   if (t.fp8_param_gather) j["fp8_param_gather"] = true;
+  if (t.moe_load_imbalance != 1.0) j["moe_load_imbalance"] = t.moe_load_imbalance;
+  if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
+  if (t.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
   return j;
+}
+
+double TrainingSpec::moe_load_factor() const {
+  if (moe_capacity_factor <= 0) return moe_load_imbalance;
+  return moe_pad_to_capacity ? moe_capacity_factor : std::min(moe_load_imbalance, moe_capacity_factor);
 }
 
 Result<TrainingSpec> load_training(const std::string& path) {

@@ -34,9 +34,22 @@ struct TrainingSpec {
   // "fp8_param_gather": the FP8 linears' weights are kept in FP8 (one byte per parameter; the fp32
   // master copy stays in the optimizer) and all-gathered in FP8: Megatron-LM's --fp8-param-gather.
   bool fp8_param_gather = false;
+  // Mixtures of experts: the routed rows the busiest expert-parallel rank computes, as a multiple
+  // of the balanced share (1: balanced, as the published MoE benchmark rows force it). The step
+  // waits for that rank: its expert GEMMs, its share of the all-to-alls and its expert activations.
+  double moe_load_imbalance = 1.0;
+  // Megatron-LM's --moe-expert-capacity-factor (0: dropless): no expert takes more than this
+  // multiple of its balanced share (the rest are dropped); with moe_pad_to_capacity
+  // (--moe-pad-expert-input-to-capacity) every expert computes exactly that many rows.
+  double moe_capacity_factor = 0;
+  bool moe_pad_to_capacity = false;
 
   bool mixed_precision() const { return precision != Dtype::kFp32; }
   bool fp8_training() const { return fp8 != Fp8Recipe::kNone; }
+  // The routed rows of the busiest expert rank over the balanced share: the imbalance, bounded by
+  // the capacity factor (exactly the factor when padded to it).
+  double moe_load_factor() const;
+  bool moe_routing_stated() const { return moe_load_imbalance != 1.0 || moe_capacity_factor > 0; }
   bool operator==(const TrainingSpec&) const = default;
 };
 

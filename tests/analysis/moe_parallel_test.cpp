@@ -3,8 +3,11 @@
 // all-to-alls timed over the expert-parallel group's links.
 #include <gtest/gtest.h>
 
+#include "analysis/memory_model.hpp"
 #include "analysis/overheads.hpp"
+#include "analysis/prepared_job.hpp"
 #include "test_jobs.hpp"
+#include "../common/expect.hpp"
 
 namespace mist::analysis {
 namespace {
@@ -90,6 +93,76 @@ TEST(MoeParallel, ExpertGroupsHoldNcclBuffers) {
   ASSERT_TRUE(dense_groups && expert_groups);
   EXPECT_NEAR(term(expert_groups->stages[0], "nccl_buffers") - term(dense_groups->stages[0], "nccl_buffers"),
               (2 * 32 + 2 + 2 * 8) * kNcclBytesPerPeerChannel, 1);
+}
+
+// Routing that is not balanced: the busiest expert rank computes moe_load_imbalance times the
+// balanced rows and receives that many in the all-to-all, and the step waits for it; a capacity
+// factor drops what exceeds it, and padded to it every expert computes exactly the capacity. With
+// ep 1 every expert is on every rank and an imbalance changes nothing.
+TEST(MoeParallel, LoadImbalanceIsTheBusiestRanksAndACapacityBoundsIt) {
+  const MixtralJob job;
+  auto with = [&](double imbalance, double capacity, bool pad) {
+    auto t = job.t;
+    t.moe_load_imbalance = imbalance;
+    t.moe_capacity_factor = capacity;
+    t.moe_pad_to_capacity = pad;
+    return t;
+  };
+  const auto p = mixtral(8, 2, 8, 1, 1);
+  struct Seen {
+    double fc1_flops, a2a_bytes, combine_bytes, iteration, activations;
+  };
+  auto seen = [&](const spec::TrainingSpec& t, const plan::Plan& plan) {
+    auto job_t = *PreparedJob::create(job.m, job.c, t, {});
+    const auto* L = *job_t.lowering(plan);
+    sym::Bindings at = L->model.dims;
+    at["b"] = 1;
+    bind_parallel_degrees(at, plan);
+    auto eval = [&](const sym::Expr& e) { return *sym::evaluate(e, at); };
+    const auto& blk = L->model.block;
+    const auto pred = *analysis::predict(job_t, plan);
+    Seen s{eval(mist::testing::op_named(blk, "moe.experts.fc1").fwd_flops), 0, 0, pred.time.iteration_time_s,
+           term(pred.memory.stages[0], "activations")};
+    if (plan.ep > 1) {
+      s.a2a_bytes = eval(mist::testing::op_named(blk, "moe.dispatch_a2a").fwd_comm.bytes);
+      s.combine_bytes = eval(mist::testing::op_named(blk, "moe.combine_a2a").fwd_comm.bytes);
+    }
+    return s;
+  };
+  const Seen bal = seen(job.t, p), imb = seen(with(1.25, 0, false), p);
+  EXPECT_DOUBLE_EQ(imb.fc1_flops, 1.25 * bal.fc1_flops);
+  EXPECT_DOUBLE_EQ(imb.a2a_bytes, 1.25 * bal.a2a_bytes);
+  EXPECT_DOUBLE_EQ(imb.combine_bytes, 1.25 * bal.combine_bytes);
+  EXPECT_GT(imb.iteration, bal.iteration);
+  EXPECT_GT(imb.activations, bal.activations);
+  // A capacity of 1.0 drops the excess: the balanced rows again.
+  const Seen cap = seen(with(1.25, 1.0, false), p);
+  EXPECT_DOUBLE_EQ(cap.fc1_flops, bal.fc1_flops);
+  EXPECT_DOUBLE_EQ(cap.iteration, bal.iteration);
+  // Padded to a capacity of 1.5, every expert computes 1.5 times its share, imbalanced or not.
+  const Seen pad = seen(with(1.0, 1.5, true), p);
+  EXPECT_DOUBLE_EQ(pad.fc1_flops, 1.5 * bal.fc1_flops);
+  EXPECT_GT(pad.iteration, imb.iteration);
+  // ep 1: the rank holds every expert, its rows are all the routed ones.
+  const auto p1 = mixtral(8, 2, 1, 1, 1);
+  EXPECT_DOUBLE_EQ(seen(with(1.25, 0, false), p1).fc1_flops, seen(job.t, p1).fc1_flops);
+}
+
+// The routing fields belong to mixtures of experts, and padding needs a capacity.
+TEST(MoeParallel, RoutingFieldsAreRefusedWhereTheyCannotApply) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
+  t.moe_load_imbalance = 1.2;
+  mist::testing::expect_error(plan::validate_training(m, cluster("H100-SXM5-80GB", 1, 8), t),
+                              "training.moe_load_imbalance", "no experts");
+  mist::testing::expect_error(
+      spec::training_from_json(Json{{"global_batch_size", 8}, {"seq_length", 64}, {"moe_pad_to_capacity", true}},
+                               "training"),
+      "training.moe_pad_to_capacity", "moe_capacity_factor");
+  mist::testing::expect_error(
+      spec::training_from_json(Json{{"global_batch_size", 8}, {"seq_length", 64}, {"moe_load_imbalance", 0.9}},
+                               "training"),
+      "training.moe_load_imbalance", "");
 }
 
 // A dense model refuses expert degrees, naming the field.

@@ -53,6 +53,30 @@ TEST(MoeExport, MegatronGetsTheExpertFlagsAndTheyRoundTrip) {
   }
 }
 
+// A capacity factor (token dropping) and padding to it: written, read back, and Megatron-LM's own
+// checks on import (padding needs a factor; a negative factor means none).
+TEST(MoeExport, CapacityFactorRoundTrips) {
+  const auto m = model("mixtral-8x7b");
+  auto t = training(128, 4096);
+  t.moe_capacity_factor = 1.25;
+  t.moe_pad_to_capacity = true;
+  auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), t, mixtral_plan(m.num_layers), {}});
+  ASSERT_TRUE(r && r->exported);
+  const auto& o = r->exported->options;
+  EXPECT_EQ(value(o, "--moe-expert-capacity-factor"), "1.25");
+  EXPECT_TRUE(value(o, "--moe-pad-expert-input-to-capacity").has_value());
+  auto back = import_megatron_flags(command(o), m, cluster(2, 8));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->training.moe_capacity_factor, std::optional<double>(1.25));
+  EXPECT_EQ(back->training.moe_pad_to_capacity, std::optional<bool>(true));
+  const std::string flags = command(o);
+  expect_error(import_megatron_flags(without_token(flags, " --moe-expert-capacity-factor 1.25"), m, cluster(2, 8)),
+               "--moe-pad-expert-input-to-capacity", "--moe-expert-capacity-factor");
+  // Dropless exports say nothing about capacity.
+  auto plain = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(m.num_layers), {}});
+  EXPECT_FALSE(value(plain->exported->options, "--moe-expert-capacity-factor").has_value());
+}
+
 TEST(MoeExport, ImportRefusesWhatWouldBuildAnotherModel) {
   const auto m = model("mixtral-8x7b");
   auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(), {}});
