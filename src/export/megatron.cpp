@@ -690,7 +690,9 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
     return fail("--moe-pad-expert-input-to-capacity", "needs --moe-expert-capacity-factor (Megatron-LM raises it)");
   if (dropping && *capacity == 0)
     return fail("--moe-expert-capacity-factor", "0 would drop every token");
-  if (capacity || pad) {
+  if ((capacity || pad) && !m.is_moe()) {
+    out.notes.push_back(fmt::format("--moe-expert-capacity-factor: {} has no experts, the flag has no effect", m.name));
+  } else if (capacity || pad) {
     out.training.moe_capacity_factor = dropping ? *capacity : 0.0;
     out.training.moe_pad_to_capacity = pad;
   }
