@@ -121,10 +121,7 @@ double sum_fp8(const std::vector<ParamTensor>& v, bool expert) {
 }
 // The bytes of those tensors' weights: wb each, the FP8 linears' one with FP8 parameters.
 double weight_bytes(const std::vector<ParamTensor>& v, bool expert, double wb, bool fp8_params) {
-  double s = 0;
-  for (const auto& x : v)
-    if (x.expert == expert) s += x.n * (fp8_params && x.fp8 ? 1.0 : wb);
-  return s;
+  return wb * sum(v, expert) - (fp8_params ? (wb - 1) * sum_fp8(v, expert) : 0.0);
 }
 
 }  // namespace

@@ -18,6 +18,11 @@ using testing::command;
 using testing::model;
 using testing::value;
 
+// Llama-3-8B at tp 2 in bf16, as Megatron-LM flags, for the importer's checks.
+const std::string kLlama3Tp2 = " --tensor-model-parallel-size 2 --micro-batch-size 1 --bf16 --num-layers 32"
+                               " --hidden-size 4096 --num-attention-heads 32 --group-query-attention"
+                               " --num-query-groups 8 --ffn-hidden-size 14336";
+
 spec::TrainingSpec fp8_training(spec::Fp8Recipe r) {
   auto t = testing::training(64, 4096);
   t.fp8 = r;
@@ -39,13 +44,10 @@ TEST(Fp8Export, MegatronWritesTheRecipeAndReadsItBack) {
     EXPECT_EQ(back->training.fp8, r);
   }
   // Without --fp8-recipe Megatron uses delayed scaling; without --fp8-format no FP8 at all.
-  const std::string base = " --tensor-model-parallel-size 2 --micro-batch-size 1 --bf16 --num-layers 32"
-                           " --hidden-size 4096 --num-attention-heads 32 --group-query-attention"
-                           " --num-query-groups 8 --ffn-hidden-size 14336";
-  EXPECT_EQ(import_megatron_flags(base + " --fp8-format hybrid", m, c)->training.fp8, spec::Fp8Recipe::kDelayed);
-  EXPECT_EQ(import_megatron_flags(base, m, c)->training.fp8, spec::Fp8Recipe::kNone);
-  expect_error(import_megatron_flags(base + " --fp8-recipe tensorwise", m, c), "--fp8-recipe", "--fp8-format");
-  expect_error(import_megatron_flags(base + " --fp8-format hybrid --fp8-recipe custom", m, c), "--fp8-recipe",
+  EXPECT_EQ(import_megatron_flags(kLlama3Tp2 + " --fp8-format hybrid", m, c)->training.fp8, spec::Fp8Recipe::kDelayed);
+  EXPECT_EQ(import_megatron_flags(kLlama3Tp2, m, c)->training.fp8, spec::Fp8Recipe::kNone);
+  expect_error(import_megatron_flags(kLlama3Tp2 + " --fp8-recipe tensorwise", m, c), "--fp8-recipe", "--fp8-format");
+  expect_error(import_megatron_flags(kLlama3Tp2 + " --fp8-format hybrid --fp8-recipe custom", m, c), "--fp8-recipe",
                "custom");
 }
 
@@ -72,14 +74,11 @@ TEST(Fp8Export, MegatronKeepsFp8ParametersWithTheDistributedOptimizer) {
   EXPECT_EQ(import_megatron_flags(command(plain->exported->options), m, c)->training.fp8_param_gather,
             std::optional<bool>(false));
 
-  const std::string base = " --tensor-model-parallel-size 2 --micro-batch-size 1 --bf16 --num-layers 32"
-                           " --hidden-size 4096 --num-attention-heads 32 --group-query-attention"
-                           " --num-query-groups 8 --ffn-hidden-size 14336";
-  expect_error(import_megatron_flags(base + " --use-distributed-optimizer --fp8-param-gather", m, c),
+  expect_error(import_megatron_flags(kLlama3Tp2 + " --use-distributed-optimizer --fp8-param-gather", m, c),
                "--fp8-param-gather", "--fp8-format");
-  expect_error(import_megatron_flags(base + " --fp8-format hybrid --fp8-param-gather", m, c), "--fp8-param-gather",
+  expect_error(import_megatron_flags(kLlama3Tp2 + " --fp8-format hybrid --fp8-param-gather", m, c), "--fp8-param-gather",
                "distributed optimizer");
-  auto fsdp2 = import_megatron_flags(base + " --fp8-format hybrid --use-torch-fsdp2 --fp8-param-gather", m, c);
+  auto fsdp2 = import_megatron_flags(kLlama3Tp2 + " --fp8-format hybrid --use-torch-fsdp2 --fp8-param-gather", m, c);
   ASSERT_TRUE(fsdp2) << fsdp2.error().to_string();
   EXPECT_EQ(fsdp2->training.fp8_param_gather, std::optional<bool>(false));
 
