@@ -242,6 +242,12 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
   // cuBLAS and cuBLASLt workspaces (through the caching allocator since PyTorch 1.11).
   B.alloc(job.cluster().gpu.blas_workspace_bytes);
   B.alloc(job.cluster().gpu.blas_workspace_bytes);
+  // The all-gather dispatcher's global memory buffer (Tensor::external), made by the first MoE
+  // layer and kept.
+  if (l > nd) {
+    const double ext = sym::evaluate_or_zero(lm.block.external_bytes(), b);
+    if (ext > 0) B.alloc(ext);
+  }
   // FP8 training with Transformer Engine: each FP8 linear's weight in FP8, row- and column-wise
   // (one byte per parameter each), made on the first micro-batch and kept for the iteration.
   if (lm.options.fp8 && lm.options.fp8_keeps_fp8_inputs)

@@ -209,6 +209,16 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
              : "1 MiB·p·(" + n(static_cast<int>(n_saved)) + "·(l - c) + c)",
        Expr(kRoundingBytesPerAllocation) * p * ((l - D - (c - cD)) * n_saved + (D - cD) * n_saved_dns + c), false},
   };
+  // Megatron's global memory buffer, into which the all-gather dispatcher gathers each MoE layer's
+  // tokens (Tensor::external): one, sized by the largest request, reused by every layer.
+  const Expr X_ext = lm.block.external_bytes();
+  if (!(X_ext.is_constant() && X_ext.constant_value() == 0)) {
+    auto at = std::find_if(M.terms.begin(), M.terms.end(), [](const auto& t) { return t.name == "blas_workspace"; });
+    M.terms.insert(at, {"dispatcher_buffer",
+                        "the global memory buffer the all-gather dispatcher gathers the tp_ep group's tokens into "
+                        "(one for every MoE layer)",
+                        "min(l - D, 1)·" + X_ext.str(), sym::min(l - D, Expr(1.0)) * X_ext});
+  }
   if (fp8_copies) {
     // After the model state, before the buffers (the order explain prints).
     auto at = std::find_if(M.terms.begin(), M.terms.end(), [](const auto& t) { return t.name == "weight_buffers"; });
@@ -327,7 +337,8 @@ Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& 
   const graph::LoweredModel& lm = lowering->model;
   const StageMemoryModel& M = lowering->memory;
 
-  const double nccl = nccl_buffer_bytes(p, c, uses_expert_groups(p, m.is_moe()));
+  const double nccl = nccl_buffer_bytes(p, c, uses_expert_groups(p, m.is_moe()),
+                                        job.training().moe_dispatcher == spec::MoeDispatcher::kAllGather);
   const size_t rows = p.stages.size();
   const size_t n_in = M.inputs.size();
   std::vector<double> in(n_in * rows), out(M.program.num_outputs() * rows);

@@ -22,7 +22,8 @@ int nccl_channels(const spec::ClusterSpec& c, bool crosses_nodes) {
 
 bool uses_expert_groups(const plan::Plan& p, bool moe) { return moe && (p.ep > 1 || p.etp != p.tp); }
 
-double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool expert_groups) {
+double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool expert_groups,
+                         bool allgather_dispatcher) {
   const Communicators k = communicators_of(p, c);
   const bool tp_crosses = p.tp > c.gpus_per_node;
   double bytes = 0;
@@ -37,9 +38,14 @@ double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool e
     // The expert grid (etp fastest, then ep, then expert data parallel): rings over the ETP and
     // EDP groups; the dispatcher's all-to-all sends to every other EP rank, 2 channels per peer
     // as for the pipeline's send/recv.
+    // The all-gather dispatcher instead rings over the tp_ep group (etp·ep consecutive ranks).
     const int64_t per_node = c.gpus_per_node, edp = plan::expert_dp(p);
-    if (p.etp > 1) bytes += 2.0 * nccl_channels(c, p.etp > per_node) * kNcclBytesPerPeerChannel;
-    if (p.ep > 1) bytes += static_cast<double>(p.ep - 1) * 2.0 * kNcclBytesPerPeerChannel;
+    if (allgather_dispatcher) {
+      if (p.etp * p.ep > 1) bytes += 2.0 * nccl_channels(c, p.etp * p.ep > per_node) * kNcclBytesPerPeerChannel;
+    } else {
+      if (p.etp > 1) bytes += 2.0 * nccl_channels(c, p.etp > per_node) * kNcclBytesPerPeerChannel;
+      if (p.ep > 1) bytes += static_cast<double>(p.ep - 1) * 2.0 * kNcclBytesPerPeerChannel;
+    }
     if (edp > 1) bytes += 2.0 * nccl_channels(c, p.etp * p.ep * edp > per_node) * kNcclBytesPerPeerChannel;
   }
   return bytes;

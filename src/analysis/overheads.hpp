@@ -24,7 +24,10 @@ int nccl_channels(const spec::ClusterSpec& c, bool crosses_nodes);
 // NCCL buffer bytes held by one GPU for all communicators it belongs to. `expert_groups`: the plan's
 // experts use groups of their own (a mixture of experts with ep > 1 or etp ≠ tp, where Megatron
 // reduces expert weights over the expert data-parallel group), whose communicators add theirs.
-double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool expert_groups = false);
+// `allgather_dispatcher`: the tokens travel over the tp_ep group's ring (Megatron's all-gather
+// dispatcher) instead of the all-to-all over ep and the gathers over etp.
+double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool expert_groups = false,
+                         bool allgather_dispatcher = false);
 // Whether plan `p` of a model with `moe` experts runs expert groups of its own (Megatron's
 // use_expert_pgs: expert parallelism, or expert tensor parallelism other than tp).
 bool uses_expert_groups(const plan::Plan& p, bool moe);

@@ -38,10 +38,11 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
                         : cm.kind == graph::CommKind::kReduceScatter ? Collective::kReduceScatter
                         : cm.kind == graph::CommKind::kRingExchange  ? Collective::kRingExchange
                                                                      : Collective::kAllToAll;
-      const hardware::Group& g = cm.group == graph::CommGroup::kExpert     ? place.ep
-                                 : cm.group == graph::CommGroup::kExpertTp ? place.etp
-                                 : cm.group == graph::CommGroup::kContext  ? place.cp
-                                                                           : place.tp;
+      const hardware::Group& g = cm.group == graph::CommGroup::kExpert       ? place.ep
+                                 : cm.group == graph::CommGroup::kExpertTp   ? place.etp
+                                 : cm.group == graph::CommGroup::kExpertTpEp ? place.tp_ep
+                                 : cm.group == graph::CommGroup::kContext    ? place.cp
+                                                                             : place.tp;
       return hardware::collective_time(c, kind, g, sym::evaluate_or_zero(cm.bytes, at), k.comm);
     };
     if (!op.fwd_cp.empty() || !op.bwd_cp.empty()) {

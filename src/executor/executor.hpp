@@ -56,6 +56,11 @@ struct BlockRun {
   // as graph/lower_moe.cpp counts since 2026-12-03. False keeps only the s·b·k chosen entries (the
   // lowering's count before), to measure the difference.
   bool moe_full_argsort = true;
+  // Megatron's all-gather token dispatcher instead of the all-to-all one (graph/lower_moe.cpp
+  // allgather_experts): the tp_ep group's etp·ep copies of the rank's tokens gathered (into a buffer
+  // outside the activations, as Megatron's global memory buffer), the local experts' rows permuted
+  // out of them, the experts' output reduce-scattered back.
+  bool moe_allgather = false;
   int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
   int timing_reps = 0;    // timed forward+backward repetitions after the step, op by op
   // Further timed repetitions of the whole layer with no per-op timing; when > 0 the "block" times

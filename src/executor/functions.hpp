@@ -105,6 +105,7 @@ struct MoeDims {
   int64_t experts = 0, topk = 0;  // E, k
   int64_t ep = 1, etp = 1;
   double aux_loss_coeff = 1e-2;   // --moe-aux-loss-coeff
+  bool allgather = false;         // Megatron's all-gather dispatcher instead of the all-to-all one
   int64_t local_experts() const { return experts / ep; }
 };
 // TopKRouter's top-k of the router logits [s, b, E]: the softmax of the k chosen logits in fp32,
@@ -131,8 +132,28 @@ at::Tensor moe_unpermute(at::Tensor rows, at::Tensor indices, int64_t s, int64_t
 // reduce-scatter, their sum), reduce-scatter over etp (the sum of the etp row blocks; backward the
 // all-gather), and sort_chunks_by_idxs from [etp·ep sources][E/ep local experts] chunks to
 // expert-major and back (a copy; backward the inverse permutation).
-enum class RowMove : int64_t { kAllToAll, kGather, kReduceScatter, kSortChunks, kUnsortChunks };
+// The all-gather dispatcher's gather over the tp_ep group (etp·ep copies; backward their sum) and
+// its reduce-scatter (the sum of the etp·ep row blocks; backward the gather).
+enum class RowMove : int64_t {
+  kAllToAll, kGather, kReduceScatter, kSortChunks, kUnsortChunks, kGatherTpEp, kReduceScatterTpEp
+};
 at::Tensor moe_rows(at::Tensor x, RowMove move, const MoeDims& d, int op);
+
+// The all-gather dispatcher (graph/lower_moe.cpp allgather_experts). Its tokens gathered over the
+// tp_ep group into `buffer` (Megatron's global memory buffer: made on first use, [G, h] for G =
+// etp·ep·s·b gathered tokens, outside the activations) -> a view of it; backward the reduce-scatter.
+at::Tensor moe_gather_tokens(at::Tensor x, at::Tensor& buffer, const MoeDims& d, int op);
+// The local experts' columns (the first E/ep) of a gathered [G, E] map or probabilities, contiguous.
+at::Tensor moe_local_columns(at::Tensor x, const MoeDims& d, int op);
+// moe_utils.permute without probabilities on the gathered tokens [G, h] and the local map [G, E/ep]:
+// {rows [R, h], each row's token [R] int64 (kept)}; the transposed map and its int64 argsort are
+// activations while it runs.
+std::vector<at::Tensor> moe_permute_gathered(at::Tensor tokens, at::Tensor local_map, int op);
+// The rows' probabilities: local_probsᵀ made contiguous, masked_select by the transposed local map
+// (both kept, as autograd keeps masked_select's input and mask) -> [R].
+at::Tensor moe_probs_select(at::Tensor local_probs, at::Tensor local_map, int op);
+// Zeros [G, h], each row added at its token (scatter_add); keeps the tokens.
+at::Tensor moe_unpermute_gathered(at::Tensor rows, at::Tensor tokens, int64_t gathered, int op);
 // TEGroupedLinear: rows [n, in] in E/ep equal chunks, expert-major, each through its expert's
 // weight (p.w [E/ep, out, in]): saves its input; weight gradients go into p.main_w.
 at::Tensor grouped_linear(at::Tensor x, const LinearParams& p, int op);

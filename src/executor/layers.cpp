@@ -22,6 +22,7 @@ Block::Block(const BlockRun& r, at::ScalarType dtype) : LayerBase(r, dtype) {
   moe_.topk = m.experts_per_token;
   moe_.ep = r.ep;
   moe_.etp = r.etp;
+  moe_.allgather = r.moe_allgather;
   if (m.positions == spec::Positions::kRotary) {
     // cos/sin of position·base^(-2i/d), i < d/2: constants, like Megatron's rotary buffers. Under
     // context parallelism the last rank's positions: chunks cp−1 and cp of the 2·cp, contiguous.

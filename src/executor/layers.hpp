@@ -70,6 +70,10 @@ class Block final : public LayerBase {
                        const std::string& prefix);
   // graph/lower_moe.cpp moe_mlp on one rank of the run's ep × etp expert grid (moe.cpp).
   at::Tensor moe(at::Tensor x);
+  // Its routed experts behind the all-to-all dispatcher, or the all-gather one, whose gathered
+  // tokens live in gather_buffer_ (Megatron's global memory buffer, outside the activations).
+  at::Tensor moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map);
+  at::Tensor moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map);
   void init_moe_params();
 
   ops::AttnDims dims_;
@@ -80,6 +84,7 @@ class Block final : public LayerBase {
   // rank's experts (w [E/ep, out, in]: fc1 h -> 2·f_e/etp, fc2 f_e/etp -> h).
   ops::MoeDims moe_;
   ops::LinearParams router_, shared_fc1_, shared_fc2_, shared_gate_, experts_fc1_, experts_fc2_;
+  at::Tensor gather_buffer_;
   ops::Region core_region_, block_region_;
 };
 

@@ -226,29 +226,37 @@ at::Tensor move_rows(const at::Tensor& x, RowMove move, const MoeDims& d, bool a
       move = RowMove::kReduceScatter;
     else if (move == RowMove::kReduceScatter)
       move = RowMove::kGather;
+    else if (move == RowMove::kGatherTpEp)
+      move = RowMove::kReduceScatterTpEp;
+    else if (move == RowMove::kReduceScatterTpEp)
+      move = RowMove::kGatherTpEp;
     else if (move == RowMove::kSortChunks)
       move = RowMove::kUnsortChunks;
     else if (move == RowMove::kUnsortChunks)
       move = RowMove::kSortChunks;
   }
+  auto gather = [&](int64_t copies) {
+    auto out = at::empty(with_rows(x, copies * n), x.options());
+    for (int64_t c = 0; c < copies; ++c) out.narrow(0, c * n, n).copy_(x);
+    return out;
+  };
+  auto reduce_scatter = [&](int64_t parts) {
+    const int64_t m = n / parts;
+    auto out = at::empty(with_rows(x, m), x.options());
+    out.copy_(x.narrow(0, 0, m));
+    for (int64_t c = 1; c < parts; ++c) out.add_(x.narrow(0, c * m, m));
+    return out;
+  };
   switch (move) {
+    case RowMove::kGatherTpEp: return gather(etp * d.ep);
+    case RowMove::kReduceScatterTpEp: return reduce_scatter(etp * d.ep);
     case RowMove::kAllToAll: {
       auto out = at::empty(x.sizes(), x.options());
       out.copy_(x);
       return out;
     }
-    case RowMove::kGather: {
-      auto out = at::empty(with_rows(x, etp * n), x.options());
-      for (int64_t c = 0; c < etp; ++c) out.narrow(0, c * n, n).copy_(x);
-      return out;
-    }
-    case RowMove::kReduceScatter: {
-      const int64_t m = n / etp;
-      auto out = at::empty(with_rows(x, m), x.options());
-      out.copy_(x.narrow(0, 0, m));
-      for (int64_t c = 1; c < etp; ++c) out.add_(x.narrow(0, c * m, m));
-      return out;
-    }
+    case RowMove::kGather: return gather(etp);
+    case RowMove::kReduceScatter: return reduce_scatter(etp);
     case RowMove::kSortChunks:
     case RowMove::kUnsortChunks: {
       auto out = at::empty(x.sizes(), x.options());
@@ -366,6 +374,166 @@ struct SigmoidGateFn : torch::autograd::Function<SigmoidGateFn> {
   }
 };
 
+// The all-gather dispatcher's ops (functions.hpp).
+struct GatherTokensFn : torch::autograd::Function<GatherTokensFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::Tensor* buffer, const MoeDims* d,
+                            int64_t op) {
+    Timed t(static_cast<int>(op), forward_phase());
+    keep(ctx, d, op);
+    const int64_t h = x.size(-1), T = x.numel() / h, n = d->etp * d->ep;
+    if (!buffer->defined() || buffer->numel() < n * T * h) {
+      ScopedAllocClass ws(AllocClass::kWorkspace);  // outside the activations, as Megatron's buffer
+      *buffer = at::empty({n * T * h}, x.options());
+    }
+    auto out = buffer->narrow(0, 0, n * T * h).view({n * T, h});
+    for (int64_t c = 0; c < n; ++c) out.narrow(0, c * T, T).copy_(x.reshape({T, h}));
+    ctx->saved_data["s"] = x.size(0);
+    ctx->saved_data["b"] = x.size(1);
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Timed t(op_of(ctx), Phase::kBackward);
+    variable_list out(4);
+    if (!grads[0].defined()) return out;
+    const auto g = grads[0].is_contiguous() ? grads[0] : grads[0].contiguous();
+    const int64_t s = ctx->saved_data["s"].toInt(), b = ctx->saved_data["b"].toInt(), T = s * b;
+    const auto* d = dims_of(ctx);
+    out[0] = at::empty({s, b, g.size(1)}, g.options());
+    auto flat = out[0].view({T, g.size(1)});
+    flat.copy_(g.narrow(0, 0, T));
+    for (int64_t c = 1; c < d->etp * d->ep; ++c) flat.add_(g.narrow(0, c * T, T));
+    return out;
+  }
+};
+
+struct LocalColumnsFn : torch::autograd::Function<LocalColumnsFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const MoeDims* d, int64_t op) {
+    Timed t(static_cast<int>(op), forward_phase());
+    keep(ctx, d, op);
+    auto out = at::empty({x.size(0), d->local_experts()}, x.options());
+    out.copy_(x.narrow(1, 0, d->local_experts()));
+    if (x.scalar_type() == at::kBool) ctx->mark_non_differentiable({out});
+    ctx->saved_data["E"] = x.size(1);
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Timed t(op_of(ctx), Phase::kBackward);
+    variable_list out(3);
+    if (!grads[0].defined()) return out;
+    const auto& g = grads[0];
+    out[0] = at::zeros({g.size(0), ctx->saved_data["E"].toInt()}, g.options());
+    out[0].narrow(1, 0, g.size(1)).copy_(g);
+    return out;
+  }
+};
+
+struct PermuteGatheredFn : torch::autograd::Function<PermuteGatheredFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& map, int64_t op) {
+    Timed t(static_cast<int>(op), forward_phase());
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["op"] = op;
+    const int64_t G = x.size(0), h = x.size(1), cols = map.numel();
+    int64_t routed = 0;
+    {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      routed = map.sum().item<int64_t>();  // tokens_per_expert.sum().item()
+    }
+    auto rows = at::empty({routed, h}, x.options());                       // moe.permute.out
+    auto tokens = at::empty({routed}, x.options().dtype(at::kLong));       // moe.permute.indices
+    auto map_t = at::empty({map.size(1), G}, map.options());               // moe.permute.map_t
+    auto order = at::empty({cols}, x.options().dtype(at::kLong));          // moe.permute.argsort
+    map_t.copy_(map.t());
+    {
+      // The stable descending argsort of the 0/1 map: its nonzero entries first, in order.
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      const auto flat = map_t.view(-1);
+      order.narrow(0, 0, routed).copy_(flat.nonzero().squeeze(1));
+      order.narrow(0, routed, cols - routed).copy_(flat.logical_not().nonzero().squeeze(1));
+      tokens.copy_(order.narrow(0, 0, routed).remainder(G));
+      at::index_select_out(rows, x, 0, tokens);
+    }
+    map_t.reset();
+    order.reset();
+    ctx->mark_non_differentiable({tokens});
+    ctx->save_for_backward({tokens});
+    ctx->saved_data["G"] = G;
+    return {rows, tokens};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Timed t(op_of(ctx), Phase::kBackward);
+    variable_list out(3);
+    if (!grads[0].defined()) return out;
+    auto tokens = ctx->get_saved_variables()[0];
+    const auto& g = grads[0];
+    out[0] = at::zeros({ctx->saved_data["G"].toInt(), g.size(1)}, g.options());
+    ScopedAllocClass ws(AllocClass::kWorkspace);
+    out[0].index_add_(0, tokens, g);
+    return out;
+  }
+};
+
+struct ProbsSelectFn : torch::autograd::Function<ProbsSelectFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& probs, const at::Tensor& map, int64_t op) {
+    Timed t(static_cast<int>(op), forward_phase());
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["op"] = op;
+    int64_t routed = 0;
+    {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      routed = map.sum().item<int64_t>();
+    }
+    auto out = at::empty({routed}, probs.options());                              // moe.probs_select.out
+    auto probs_t = at::empty({probs.size(1), probs.size(0)}, probs.options());   // moe.probs_select.probs_t
+    auto mask_t = at::empty({map.size(1), map.size(0)}, map.options());          // moe.probs_select.mask_t
+    probs_t.copy_(probs.t());
+    mask_t.copy_(map.t());
+    {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      out.copy_(probs_t.masked_select(mask_t));
+    }
+    ctx->save_for_backward({probs_t, mask_t});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Timed t(op_of(ctx), Phase::kBackward);
+    variable_list out(3);
+    if (!grads[0].defined()) return out;
+    auto sv = ctx->get_saved_variables();
+    const auto &probs_t = sv[0], &mask_t = sv[1];
+    out[0] = at::empty({probs_t.size(1), probs_t.size(0)}, probs_t.options());
+    ScopedAllocClass ws(AllocClass::kWorkspace);
+    out[0].copy_(at::zeros_like(probs_t).masked_scatter_(mask_t, grads[0]).t());
+    return out;
+  }
+};
+
+struct UnpermuteGatheredFn : torch::autograd::Function<UnpermuteGatheredFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& tokens, int64_t gathered,
+                            int64_t op) {
+    Timed t(static_cast<int>(op), forward_phase());
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["op"] = op;
+    auto out = at::zeros({gathered, rows.size(1)}, rows.options());  // moe.unpermute.out
+    {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      out.index_add_(0, tokens, rows);
+    }
+    ctx->save_for_backward({tokens});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Timed t(op_of(ctx), Phase::kBackward);
+    variable_list out(4);
+    if (!grads[0].defined()) return out;
+    auto tokens = ctx->get_saved_variables()[0];
+    const auto& g = grads[0];
+    out[0] = at::empty({tokens.size(0), g.size(1)}, g.options());
+    ScopedAllocClass ws(AllocClass::kWorkspace);
+    at::index_select_out(out[0], g.is_contiguous() ? g : g.contiguous(), 0, tokens);
+    return out;
+  }
+};
+
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> moe_topk(at::Tensor logits, const MoeDims& d, int op) {
@@ -384,6 +552,21 @@ at::Tensor moe_unpermute(at::Tensor rows, at::Tensor indices, int64_t s, int64_t
 }
 at::Tensor moe_rows(at::Tensor x, RowMove move, const MoeDims& d, int op) {
   return RowMoveFn::apply(x, static_cast<int64_t>(move), &d, static_cast<int64_t>(op));
+}
+at::Tensor moe_gather_tokens(at::Tensor x, at::Tensor& buffer, const MoeDims& d, int op) {
+  return GatherTokensFn::apply(x, &buffer, &d, static_cast<int64_t>(op));
+}
+at::Tensor moe_local_columns(at::Tensor x, const MoeDims& d, int op) {
+  return LocalColumnsFn::apply(x, &d, static_cast<int64_t>(op));
+}
+std::vector<at::Tensor> moe_permute_gathered(at::Tensor tokens, at::Tensor local_map, int op) {
+  return PermuteGatheredFn::apply(tokens, local_map, static_cast<int64_t>(op));
+}
+at::Tensor moe_probs_select(at::Tensor local_probs, at::Tensor local_map, int op) {
+  return ProbsSelectFn::apply(local_probs, local_map, static_cast<int64_t>(op));
+}
+at::Tensor moe_unpermute_gathered(at::Tensor rows, at::Tensor tokens, int64_t gathered, int op) {
+  return UnpermuteGatheredFn::apply(rows, tokens, gathered, static_cast<int64_t>(op));
 }
 at::Tensor grouped_linear(at::Tensor x, const LinearParams& p, int op) {
   return GroupedLinearFn::apply(x, &p, static_cast<int64_t>(op));
@@ -414,7 +597,6 @@ void Block::init_moe_params() {
 
 at::Tensor Block::moe(at::Tensor x) {
   const auto& m = run_.model;
-  const int64_t s = x.size(0), b = x.size(1);
   // The shared expert first (MoELayer without --moe-shared-expert-overlap), maybe gated.
   at::Tensor shared;
   if (m.shared_expert_ffn_hidden_size > 0) {
@@ -427,6 +609,14 @@ at::Tensor Block::moe(at::Tensor x) {
   auto logits = ops::linear(x, router_, id("moe.router"));
   auto [probs, map] = ops::moe_topk(logits, moe_, id("moe.topk"));
   probs = ops::moe_aux_loss(std::move(logits), std::move(probs), moe_, id("moe.aux_loss"));
+  at::Tensor out = moe_.allgather ? moe_allgather(std::move(x), std::move(probs), std::move(map))
+                                  : moe_alltoall(std::move(x), std::move(probs), std::move(map));
+  if (!shared.defined()) return out;
+  return ops::add(std::move(out), std::move(shared), id("moe.add_shared"));
+}
+
+at::Tensor Block::moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map) {
+  const int64_t s = x.size(0), b = x.size(1);
   auto permuted = ops::moe_permute(std::move(x), std::move(probs), std::move(map), run_.moe_full_argsort,
                                    id("moe.permute"));
   at::Tensor rows = std::move(permuted[0]), row_probs = std::move(permuted[1]), indices = std::move(permuted[2]);
@@ -454,9 +644,35 @@ at::Tensor Block::moe(at::Tensor x) {
   if (sort) relay(rows, RowMove::kUnsortChunks, "moe.unsort_chunks");
   if (moe_.etp > 1) relay(rows, RowMove::kReduceScatter, "moe.combine_scatter");
   if (moe_.ep > 1) relay(rows, RowMove::kAllToAll, "moe.combine_a2a");
-  auto out = ops::moe_unpermute(std::move(rows), std::move(indices), s, b, id("moe.unpermute"));
-  if (!shared.defined()) return out;
-  return ops::add(std::move(out), std::move(shared), id("moe.add_shared"));
+  return ops::moe_unpermute(std::move(rows), std::move(indices), s, b, id("moe.unpermute"));
+}
+
+at::Tensor Block::moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map) {
+  const int64_t s = x.size(0), b = x.size(1), h = x.size(2);
+  const bool gather = moe_.ep > 1 || moe_.etp > 1;
+  const int64_t G = moe_.etp * moe_.ep * s * b;
+  using ops::RowMove;
+  at::Tensor tokens;
+  if (gather) {
+    map = ops::moe_rows(std::move(map), RowMove::kGatherTpEp, moe_, id("moe.gather_routing_map"));
+    probs = ops::moe_rows(std::move(probs), RowMove::kGatherTpEp, moe_, id("moe.gather_probs"));
+    tokens = ops::moe_gather_tokens(std::move(x), gather_buffer_, moe_, id("moe.gather_tokens"));
+  } else {
+    tokens = x.view({s * b, h});
+    x.reset();
+  }
+  auto local_map = ops::moe_local_columns(std::move(map), moe_, id("moe.local_map"));
+  auto local_probs = ops::moe_local_columns(std::move(probs), moe_, id("moe.local_probs"));
+  auto permuted = ops::moe_permute_gathered(std::move(tokens), local_map, id("moe.permute"));
+  at::Tensor rows = std::move(permuted[0]), indices = std::move(permuted[1]);
+  permuted.clear();
+  auto row_probs = ops::moe_probs_select(std::move(local_probs), std::move(local_map), id("moe.probs_select"));
+  rows = ops::grouped_linear(std::move(rows), experts_fc1_, id("moe.experts.fc1"));
+  rows = ops::weighted_swiglu(std::move(rows), std::move(row_probs), id("moe.experts.swiglu"));
+  rows = ops::grouped_linear(std::move(rows), experts_fc2_, id("moe.experts.fc2"));
+  auto full = ops::moe_unpermute_gathered(std::move(rows), std::move(indices), G, id("moe.unpermute"));
+  if (gather) full = ops::moe_rows(std::move(full), RowMove::kReduceScatterTpEp, moe_, id("moe.combine_scatter"));
+  return full.view({s, b, h});
 }
 
 }  // namespace mist::executor

@@ -23,6 +23,7 @@ spec::TrainingSpec run_training(const BlockRun& r) {
   t.optimizer = spec::Optimizer::kAdamW;
   t.flash_attention = r.flash_attention;
   t.dropout = r.dropout;
+  if (r.moe_allgather) t.moe_dispatcher = spec::MoeDispatcher::kAllGather;
   return t;
 }
 

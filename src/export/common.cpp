@@ -38,6 +38,7 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (fp8_param_gather) base.fp8_param_gather = *fp8_param_gather;
   if (moe_capacity_factor) base.moe_capacity_factor = *moe_capacity_factor;
   if (moe_pad_to_capacity) base.moe_pad_to_capacity = *moe_pad_to_capacity;
+  if (moe_dispatcher) base.moe_dispatcher = *moe_dispatcher;
   if (!base.fp8_training()) base.fp8_param_gather = false;  // FP8 weights only in FP8 training
   return base;
 }

@@ -70,6 +70,7 @@ struct TrainingOverrides {
   std::optional<bool> fp8_param_gather;
   std::optional<double> moe_capacity_factor;  // 0: dropless
   std::optional<bool> moe_pad_to_capacity;
+  std::optional<spec::MoeDispatcher> moe_dispatcher;  // Megatron-LM's --moe-token-dispatcher-type
   // `base` with the stated settings replacing its own.
   spec::TrainingSpec applied_to(spec::TrainingSpec base) const;
 };

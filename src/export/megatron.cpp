@@ -112,15 +112,15 @@ constexpr int64_t kMaxCount = int64_t{1} << 40;
 
 // The MoE layer graph/lower_moe.cpp models: every block MoE (--moe-layer-freq 1, the default)
 // after the model's first dense blocks (a pattern "([0]*k+[1]*n)"), grouped-GEMM experts behind
-// the all-to-all dispatcher.
-void add_moe_options(std::vector<Option>& o, const spec::ModelSpec& m) {
+// the training's token dispatcher (all-to-all or all-gather).
+void add_moe_options(std::vector<Option>& o, const spec::ModelSpec& m, const spec::TrainingSpec& t) {
   add(o, "--num-experts", m.num_experts);
   if (m.first_dense_layers > 0)
     add(o, "--moe-layer-freq", fmt::format("([0]*{}+[1]*{})", m.first_dense_layers, m.moe_layers()));
   add(o, "--moe-router-topk", m.experts_per_token);
   add(o, "--moe-ffn-hidden-size", m.moe_ffn_hidden_size);
   add(o, "--moe-grouped-gemm");
-  add(o, "--moe-token-dispatcher-type", std::string("alltoall"));
+  add(o, "--moe-token-dispatcher-type", std::string(spec::to_string(t.moe_dispatcher)));
   if (m.shared_expert_ffn_hidden_size > 0)
     add(o, "--moe-shared-expert-intermediate-size", m.shared_expert_ffn_hidden_size);
   if (m.shared_expert_gate) add(o, "--moe-shared-expert-gate");
@@ -246,11 +246,10 @@ Result<void> check_moe_flags(const Flags& f, const spec::ModelSpec& m) {
   if (!f.has("--moe-grouped-gemm"))
     return fail("--moe-grouped-gemm", "is missing: mist models the experts as grouped GEMMs (without the flag "
                                       "Megatron-LM runs them one after another, SequentialMLP)");
-  if (auto d = f.string("--moe-token-dispatcher-type"); d && *d != "alltoall")
-    return fail("--moe-token-dispatcher-type", fmt::format("is \"{}\": mist models the alltoall dispatcher", *d));
-  if (!f.has("--moe-token-dispatcher-type"))
-    return fail("--moe-token-dispatcher-type", "is missing (Megatron-LM's default is allgather): mist models "
-                                               "the alltoall dispatcher");
+  if (auto d = f.string("--moe-token-dispatcher-type"); d && *d != "alltoall" && *d != "allgather")
+    return fail("--moe-token-dispatcher-type",
+                fmt::format("is \"{}\": mist models the alltoall and allgather dispatchers (flex's DeepEP and "
+                            "HybridEP kernels are not modelled)", *d));
   return {};
 }
 
@@ -342,7 +341,7 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const s
     add(o, "--kv-channels", m.head_dim());
   }
   if (m.qk_norm && !m.is_mla()) add(o, "--qk-layernorm");
-  if (m.is_moe()) add_moe_options(o, m);
+  if (m.is_moe()) add_moe_options(o, m, t);
   if (m.num_kv_heads != m.num_heads) {
     add(o, "--group-query-attention");
     add(o, "--num-query-groups", m.num_kv_heads);
@@ -681,6 +680,11 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   } else {
     out.training.fp8 = spec::Fp8Recipe::kNone;
   }
+  // The token dispatcher: allgather when the flag is missing (TransformerConfig's default at d98e8a64).
+  if (m.is_moe())
+    out.training.moe_dispatcher = f.string("--moe-token-dispatcher-type").value_or("allgather") == "alltoall"
+                                      ? spec::MoeDispatcher::kAllToAll
+                                      : spec::MoeDispatcher::kAllGather;
   // Token dropping (TransformerConfig's checks at d98e8a64: a negative factor means none; padding
   // needs a factor).
   MIST_TRY(auto capacity, f.number("--moe-expert-capacity-factor", -1e9, 64));

@@ -39,6 +39,7 @@ class LayerBuilder {
     return layer_.ops.back();
   }
   const Expr& bytes(int id) const { return layer_.tensors[id].bytes; }
+  void make_external(int id) { layer_.tensors[id].external = true; }  // Tensor::external
   Op& last_op() { return layer_.ops.back(); }
   Layer done(int input, int output) {
     layer_.input = input;

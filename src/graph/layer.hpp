@@ -33,8 +33,9 @@ enum class CommKind { kNone, kAllReduce, kAllGather, kReduceScatter, kAllToAll, 
 const char* to_string(CommKind k);
 
 // The group a collective runs over: the tensor-parallel group, the context-parallel group, or the
-// expert grid's (Megatron's parallel folding) expert tensor-parallel or expert-parallel group.
-enum class CommGroup { kTp, kContext, kExpertTp, kExpert };
+// expert grid's (Megatron's parallel folding) expert tensor-parallel or expert-parallel group, or
+// the two together (etp·ep consecutive ranks: Megatron's tp_ep group, the all-gather dispatcher's).
+enum class CommGroup { kTp, kContext, kExpertTp, kExpert, kExpertTpEp };
 
 // A collective on an op's activation (Megatron's f/g operators; the MoE dispatcher's).
 struct TpComm {
@@ -69,6 +70,10 @@ struct Tensor {
   Expr bytes;                 // a view carries its own size (its gradient has it); storage is the base's
   bool requires_grad = true;  // false for token ids, masks and statistics
   int view_of = -1;           // a view (q, k, v split from qkv) keeps its base storage alive
+  // Its storage is a buffer outside the layer (Megatron's global memory buffer, which the
+  // all-gather dispatcher gathers the tokens into): the layer never allocates it; its gradient is
+  // the layer's. Layer::external_bytes sizes the buffer.
+  bool external = false;
 };
 
 // Shape of a (batched) matrix multiply C[m×n] = A[m×k]·B[k×n], for GEMM efficiency models.
@@ -153,6 +158,9 @@ struct Layer {
   Expr fp8_expert_params() const;  // the expert weights among them
   Expr fwd_flops() const;
   Expr bwd_flops() const;
+  // The largest tensor in a buffer outside the layer (Tensor::external; 0: none): the buffer the
+  // engine keeps for it, reused by every layer.
+  Expr external_bytes() const;
 };
 
 // Options that change which ops exist, not their sizes.
@@ -198,6 +206,12 @@ struct LoweringOptions {
   // capacity (moe_load_padded) is what every expert computes, whatever ep.
   double moe_load = 1.0;
   bool moe_load_padded = false;
+  // Megatron's all-gather token dispatcher (--moe-token-dispatcher-type allgather, its default)
+  // instead of the all-to-all one: every rank of the etp·ep group gathers the group's tokens (into
+  // the global memory buffer), its routing map and probabilities, permutes those routed to its
+  // local experts, and reduce-scatters the experts' output back (expert_parallel or
+  // expert_tensor_parallel: the collectives exist).
+  bool moe_allgather = false;
   // Context parallelism (Megatron-Core's p2p ring, torchtitan's ring attention): every token-wise op
   // sees s/cp tokens (symbol cp), the attention's local queries attend to all s keys, whose blocks
   // travel around the CP ring.

@@ -153,6 +153,7 @@ struct Walk {
       for (int t : op.outputs)
         if (!is_view(t)) {
           runs |= !cached.count(t);
+          if (L.tensors[t].external) continue;  // in a buffer outside the layer
           if (live.insert(t).second && rec) rec->alloc(t, t);
         }
       std::set<int> with_temps = live;

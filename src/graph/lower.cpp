@@ -604,6 +604,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.fp8_params = o.fp8 && training.fp8_param_gather;
   o.moe_load = training.moe_load_factor();
   o.moe_load_padded = training.moe_pad_to_capacity;
+  o.moe_allgather = training.moe_dispatcher == spec::MoeDispatcher::kAllGather;
   // Current scaling (tensorwise, rowwise) computes each operand's amax in a pass before the cast.
   o.fp8_cast_bytes =
       training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;
@@ -734,6 +735,12 @@ Expr Layer::bwd_flops() const {
   std::vector<Expr> v;
   for (const auto& o : ops) v.push_back(o.bwd_flops);
   return sym::sum(v);
+}
+Expr Layer::external_bytes() const {
+  std::vector<Expr> v;
+  for (const auto& t : tensors)
+    if (t.external) v.push_back(t.bytes);
+  return v.empty() ? Expr(0.0) : sym::max(v);
 }
 
 }  // namespace mist::graph

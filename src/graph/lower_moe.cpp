@@ -40,9 +40,10 @@ int grouped_linear(LayerBuilder& B, const std::string& name, int x, Expr tokens,
 // the ranks of their experts (all-to-all over the expert-parallel group, the reverse all-to-all in
 // backward), the rows of the expert tensor-parallel group gathered to each of its ranks
 // (all-gather, reduce-scatter in backward), or the experts' partial sums reduced back (the
-// reverse). `out_bytes`: its output on this rank, a new buffer.
-int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_bytes, TpComm fwd, TpComm bwd) {
-  int y = B.tensor(name + ".out", std::move(out_bytes));
+// reverse). `out_bytes`: its output on this rank, a new buffer (`grad`: it has a gradient).
+int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_bytes, TpComm fwd, TpComm bwd,
+                    bool grad = true) {
+  int y = B.tensor(name + ".out", std::move(out_bytes), grad);
   Op& op = B.op(name, OpKind::kCopy, {x}, {y}, {});
   op.fwd_comm = std::move(fwd);
   op.bwd_comm = std::move(bwd);
@@ -52,6 +53,108 @@ int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_by
   op.bytes_read = Expr(0.0);
   op.bytes_written = Expr(0.0);
   return y;
+}
+
+// The rank's local experts on their `rows` routed rows (grouped fc1, the probability-weighted
+// SwiGLU, grouped fc2); returns fc2's output.
+int experts(LayerBuilder& B, int tokens, int row_probs, const Expr& rows, const Expr& local_experts,
+            const spec::ModelSpec& m) {
+  const auto& o = B.o_;
+  const auto& s = S();
+  const Expr fe = constant(m.moe_ffn_hidden_size);
+  // gpt-oss's experts carry biases (linear_bias): fc1's column-parallel one split over etp, fc2's
+  // row-parallel one whole on every rank, added after the reduction as a dense row-parallel bias.
+  const Expr fc1_bias = m.linear_bias ? 2 * fe / s.etp : Expr(0.0);
+  const Expr fc2_bias = m.linear_bias ? s.h : Expr(0.0);
+  int fc1 = grouped_linear(B, "moe.experts.fc1", tokens, rows, s.h, 2 * fe / s.etp, local_experts, fc1_bias);
+  // SwiGLU weighted by each row's routing probability (WeightedSwiGLUFunction: the probabilities
+  // multiply here, before fc2, not in the unpermutation): keeps its input and the probabilities.
+  Expr act = rows * fe / s.etp;
+  int y = B.tensor("moe.experts.swiglu.out", act * w(o));
+  Op& glu = B.op("moe.experts.swiglu", OpKind::kSwiGlu, {fc1, row_probs}, {y}, {fc1, row_probs});
+  glu.fwd_flops = 5 * act;
+  glu.bwd_flops = 10 * act;
+  glu.bytes_read = 2 * act * w(o) + rows * w(o);
+  glu.bytes_written = act * w(o);
+  return grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.etp, s.h, local_experts, fc2_bias);
+}
+
+// Megatron-LM's MoEAllGatherTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py at
+// d98e8a64), unfused permutation: over the tp_ep group (etp·ep consecutive ranks) each rank gathers
+// the group's routing maps, probabilities and tokens (the tokens into the global memory buffer,
+// use_global_buffer=True: Tensor::external), takes the columns of its local experts, permutes the
+// gathered tokens routed to them (moe_utils.permute without probabilities: the argsort of the
+// local map is a transient, only each row's token is kept), selects their probabilities
+// (masked_select, which keeps its input and mask), runs its experts, scatters their rows back
+// into the gathered tokens' order and reduce-scatters that over the group. `rows`: the rows its
+// experts compute, as for the all-to-all dispatcher. Returns the output on the rank's own tokens.
+int allgather_experts(LayerBuilder& B, int x, int probs, int routing_map, const spec::ModelSpec& m, const Expr& local,
+                      const Expr& rows, const Expr& local_experts) {
+  const auto& o = B.o_;
+  const auto& s = S();
+  const Expr E = constant(m.num_experts);
+  const Expr G = local * s.etp * s.ep;   // tokens gathered from the tp_ep group
+  const Expr cols = G * local_experts;   // entries of the local routing map
+  int map = routing_map, p = probs, tokens = x;
+  if (o.expert_parallel || o.expert_tensor_parallel) {
+    auto gather = [&](const std::string& name, int in, Expr full, bool grad) {
+      return dispatcher_comm(B, name, in, full, {CommKind::kAllGather, full, CommGroup::kExpertTpEp},
+                             grad ? TpComm{CommKind::kReduceScatter, full, CommGroup::kExpertTpEp} : TpComm{},
+                             grad);
+    };
+    map = gather("moe.gather_routing_map", map, G * E, false);  // under no_grad
+    p = gather("moe.gather_probs", p, G * E * w(o), true);
+    tokens = gather("moe.gather_tokens", tokens, G * s.h * w(o), true);
+    B.make_external(tokens);
+  }
+  // The local experts' columns of the routing map and of the probabilities, made contiguous.
+  int local_map = B.tensor("moe.local_map.out", cols, false);
+  Op& lm = B.op("moe.local_map", OpKind::kCopy, {map}, {local_map}, {});
+  lm.fwd_flops = lm.bwd_flops = Expr(0.0);
+  lm.bytes_read = lm.bytes_written = cols;
+  int local_probs = B.tensor("moe.local_probs.out", cols * w(o));
+  Op& lp = B.op("moe.local_probs", OpKind::kCopy, {p}, {local_probs}, {});
+  lp.fwd_flops = Expr(0.0);
+  lp.bwd_flops = G * E;  // the gradient written into zeros of the gathered probabilities' shape
+  lp.bytes_read = lp.bytes_written = cols * w(o);
+  // Permutation: the local map transposed and argsorted (int64 over every entry), each row's token
+  // kept (the argsort's first rows entries modulo G), the rows copied out (index_select).
+  int indices = B.tensor("moe.permute.indices", rows * 8, false);
+  int permuted = B.tensor("moe.permute.out", rows * s.h * w(o));
+  int map_t = B.tensor("moe.permute.map_t", cols, false);
+  int order = B.tensor("moe.permute.argsort", cols * 8, false);
+  Op& perm = B.op("moe.permute", OpKind::kCopy, {tokens, local_map}, {permuted, indices}, {indices});
+  perm.fwd_temporaries = {map_t, order};
+  perm.fwd_flops = Expr(0.0);
+  perm.bwd_flops = rows * s.h;  // the gradient added back per gathered token
+  perm.bytes_read = cols * 9 + rows * s.h * w(o);
+  perm.bytes_written = cols * 9 + rows * (s.h * w(o) + 8);
+  // The rows' probabilities: probsᵀ made contiguous, masked_select by the transposed local map;
+  // autograd keeps both.
+  int probs_t = B.tensor("moe.probs_select.probs_t", cols * w(o), false);
+  int mask_t = B.tensor("moe.probs_select.mask_t", cols, false);
+  int row_probs = B.tensor("moe.probs_select.out", rows * w(o));
+  Op& sel = B.op("moe.probs_select", OpKind::kCopy, {local_probs, local_map}, {row_probs, probs_t, mask_t},
+                 {probs_t, mask_t});
+  sel.fwd_flops = Expr(0.0);
+  sel.bwd_flops = cols;  // masked_scatter into zeros, transposed back
+  sel.bytes_read = cols * (w(o) + 1) + cols * w(o);
+  sel.bytes_written = cols * (w(o) + 1) + rows * w(o);
+
+  int back = experts(B, permuted, row_probs, rows, local_experts, m);
+
+  // Unpermutation: zeros of the gathered tokens' shape, each row added at its token (scatter_add).
+  int full = B.tensor("moe.unpermute.out", G * s.h * w(o));
+  Op& un = B.op("moe.unpermute", OpKind::kCopy, {back, indices}, {full}, {indices});
+  un.fwd_flops = rows * s.h;
+  un.bwd_flops = rows * s.h;
+  un.bytes_read = rows * s.h * w(o);
+  un.bytes_written = G * s.h * w(o) + rows * s.h * w(o);
+  if (!(o.expert_parallel || o.expert_tensor_parallel)) return full;
+  const Expr bytes = G * s.h * w(o);
+  return dispatcher_comm(B, "moe.combine_scatter", full, local * s.h * w(o),
+                         {CommKind::kReduceScatter, bytes, CommGroup::kExpertTpEp},
+                         {CommKind::kAllGather, bytes, CommGroup::kExpertTpEp});
 }
 
 }  // namespace
@@ -107,12 +210,30 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   aux.bytes_read = local * E * w(o);
   aux.bytes_written = local * E * 4;
 
+  // The expert grid (parallel folding): the E experts are split over the ep ranks of the
+  // expert-parallel group, each expert's weights over the etp ranks of the expert tensor-parallel
+  // group. With ep > 1 each rank's routed rows go to the ranks of their experts (all-to-all, the
+  // probabilities too) and, balanced, as many come back; with etp > 1 the group's rows are gathered
+  // to each of its ranks, which computes them on its 1/etp of each local expert.
+  // Under a load imbalance the busiest rank (the one the step waits for) receives `load` times the
+  // balanced share, at most ep times it (every rank's copies), and with a capacity factor no more
+  // than the capacity; it sends its own share, so the all-to-all takes its receive volume.
+  const Expr routed = local * k;  // rows this rank routes
+  const Expr local_experts = E / s.ep;
+  const Expr received = o.moe_load == 1.0 ? routed  // rows routed to this rank's experts, from its ep group
+                        : o.moe_load_padded ? routed * Expr(o.moe_load)
+                                            : routed * sym::min(Expr(o.moe_load), s.ep);
+  const Expr rows = s.etp * received;   // rows this rank's expert GEMMs compute
+  if (o.moe_allgather) {
+    const int out = allgather_experts(B, x, probs, routing_map, m, local, rows, local_experts);
+    return shared < 0 ? out : residual_add(B, "moe.add_shared", out, shared);
+  }
+
   // Permutation: the rank's tokens copied once per chosen expert, sorted by expert (index_select);
   // the probabilities follow in the same order. Autograd keeps each row's token (int64) and, for
   // the probabilities' index op, a slice view of the whole int64 argsort of the routing map
   // (moe_utils.permute's flat_sorted = ...argsort()[:num_out_tokens]): local·(E + k)·8 bytes,
   // measured on the CPU executor (2026-12-03; local·k·16 before).
-  const Expr routed = local * k;  // rows this rank routes
   int indices = B.tensor("moe.permute.indices", local * (E + k) * 8, false);
   int permuted = B.tensor("moe.permute.out", routed * s.h * w(o));
   int permuted_probs = B.tensor("moe.permute.probs", routed * w(o));
@@ -123,19 +244,6 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   perm.bytes_read = routed * s.h * w(o);
   perm.bytes_written = routed * (s.h * w(o) + w(o) + 16);
 
-  // The expert grid (parallel folding): the E experts are split over the ep ranks of the
-  // expert-parallel group, each expert's weights over the etp ranks of the expert tensor-parallel
-  // group. With ep > 1 each rank's routed rows go to the ranks of their experts (all-to-all, the
-  // probabilities too) and, balanced, as many come back; with etp > 1 the group's rows are gathered
-  // to each of its ranks, which computes them on its 1/etp of each local expert.
-  // Under a load imbalance the busiest rank (the one the step waits for) receives `load` times the
-  // balanced share, at most ep times it (every rank's copies), and with a capacity factor no more
-  // than the capacity; it sends its own share, so the all-to-all takes its receive volume.
-  const Expr local_experts = E / s.ep;
-  const Expr received = o.moe_load == 1.0 ? routed  // rows routed to this rank's experts, from its ep group
-                        : o.moe_load_padded ? routed * Expr(o.moe_load)
-                                            : routed * sym::min(Expr(o.moe_load), s.ep);
-  const Expr rows = s.etp * received;   // rows this rank's expert GEMMs compute
   int tokens = permuted, row_probs = permuted_probs;
   if (o.expert_parallel) {
     const TpComm a2a{CommKind::kAllToAll, received * s.h * w(o), CommGroup::kExpert};
@@ -166,21 +274,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
     tokens = sort_chunks("moe.sort_chunks", tokens, rows * s.h * w(o));
     row_probs = sort_chunks("moe.sort_chunks_probs", row_probs, rows * w(o));
   }
-  // gpt-oss's experts carry biases (linear_bias): fc1's column-parallel one split over etp, fc2's
-  // row-parallel one whole on every rank, added after the reduction as a dense row-parallel bias.
-  const Expr fc1_bias = m.linear_bias ? 2 * fe / s.etp : Expr(0.0);
-  const Expr fc2_bias = m.linear_bias ? s.h : Expr(0.0);
-  int fc1 = grouped_linear(B, "moe.experts.fc1", tokens, rows, s.h, 2 * fe / s.etp, local_experts, fc1_bias);
-  // SwiGLU weighted by each row's routing probability (WeightedSwiGLUFunction: the probabilities
-  // multiply here, before fc2, not in the unpermutation): keeps its input and the probabilities.
-  Expr act = rows * fe / s.etp;
-  int y = B.tensor("moe.experts.swiglu.out", act * w(o));
-  Op& glu = B.op("moe.experts.swiglu", OpKind::kSwiGlu, {fc1, row_probs}, {y}, {fc1, row_probs});
-  glu.fwd_flops = 5 * act;
-  glu.bwd_flops = 10 * act;
-  glu.bytes_read = 2 * act * w(o) + rows * w(o);
-  glu.bytes_written = act * w(o);
-  int back = grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.etp, s.h, local_experts, fc2_bias);
+  int back = experts(B, tokens, row_probs, rows, local_experts, m);
   if (sort) back = sort_chunks("moe.unsort_chunks", back, rows * s.h * w(o));
   if (o.expert_tensor_parallel) {
     const Expr full = rows * s.h * w(o);

@@ -84,6 +84,7 @@ Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64
   p.etp = {etp, etp > per_node, std::min(etp, per_node)};
   p.ep = strided(ep, etp);
   p.edp = strided(edp, etp * ep);
+  p.tp_ep = strided(etp * ep, 1);
   p.pp_crosses_nodes = pp > 1 && tp * cp * dp >= per_node && c.nodes > 1;
   return p;
 }

@@ -56,6 +56,7 @@ double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConsta
 struct Placement {
   Group tp, cp, dp;
   Group etp, ep, edp;
+  Group tp_ep;  // etp·ep consecutive ranks: Megatron's tp_ep group (the all-gather dispatcher's)
   bool pp_crosses_nodes = false;  // neighbouring pipeline stages are on different nodes
 };
 Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep = 1,

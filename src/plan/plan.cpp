@@ -188,7 +188,9 @@ Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec
                             "window only inside their fused attention kernels", t.seq_length, m.name,
                             m.sliding_window));
   if (!m.is_moe() && t.moe_routing_stated())
-    return fail(t.moe_capacity_factor > 0 ? "training.moe_capacity_factor" : "training.moe_load_imbalance",
+    return fail(t.moe_capacity_factor > 0                          ? "training.moe_capacity_factor"
+                : t.moe_dispatcher != spec::MoeDispatcher::kAllToAll ? "training.moe_token_dispatcher"
+                                                                     : "training.moe_load_imbalance",
                 fmt::format("describes how a mixture of experts routes its tokens; {} has no experts", m.name));
   const auto& g = c.gpu;
   if (t.precision == spec::Dtype::kBf16 && g.bf16_flops <= 0)

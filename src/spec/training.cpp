@@ -38,7 +38,7 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "fp8_recipe", "optimizer",
                                     "flash_attention", "dropout", "grad_dtype", "compile",
                                     "fp8_param_gather", "moe_load_imbalance", "moe_capacity_factor",
-                                    "moe_pad_to_capacity"}));
+                                    "moe_pad_to_capacity", "moe_token_dispatcher"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
   MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
@@ -60,6 +60,8 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_TRY(t.moe_pad_to_capacity, f.boolean_or("moe_pad_to_capacity", false));
   if (t.moe_pad_to_capacity && t.moe_capacity_factor <= 0)
     return fail(f.field_path("moe_pad_to_capacity"), "pads each expert to its capacity: it needs \"moe_capacity_factor\"");
+  MIST_TRY(std::string dispatcher, f.choice_or("moe_token_dispatcher", "alltoall", {"alltoall", "allgather"}));
+  t.moe_dispatcher = dispatcher == "allgather" ? MoeDispatcher::kAllGather : MoeDispatcher::kAllToAll;
   MIST_TRY(std::string grad, f.choice_or("grad_dtype", "fp32", {"fp32", "fp16", "bf16"}));
   MIST_TRY(std::string optimizer, f.choice_or("optimizer", "adamw", {"adamw", "sgd"}));
   MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
@@ -98,6 +100,7 @@ Json training_to_json(const TrainingSpec& t) {
   if (t.moe_load_imbalance != 1.0) j["moe_load_imbalance"] = t.moe_load_imbalance;
   if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
   if (t.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
+  if (t.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_token_dispatcher"] = to_string(t.moe_dispatcher);
   return j;
 }
 
@@ -133,6 +136,8 @@ const char* to_string(Fp8Recipe r) {
   }
   return "?";
 }
+
+const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kAllGather ? "allgather" : "alltoall"; }
 
 std::string precision_name(const TrainingSpec& t) {
   return t.fp8_training() ? fmt::format("fp8 ({})", to_string(t.fp8)) : std::string(to_string(t.precision));

@@ -17,6 +17,9 @@ enum class Dtype { kFp32, kFp16, kBf16, kFp8 };
 // MXFP8 (Blackwell's 32-element blocks); torchao's tensorwise and rowwise float8 (torchtitan).
 enum class Fp8Recipe { kNone, kTensorwise, kDelayed, kBlockwise, kMxfp8, kRowwise };
 enum class Optimizer { kAdamW, kSgd };
+// How a mixture of experts moves tokens to their experts' ranks: Megatron-LM's all-to-all token
+// dispatcher, or its all-gather one (the default of --moe-token-dispatcher-type).
+enum class MoeDispatcher { kAllToAll, kAllGather };
 
 struct TrainingSpec {
   int64_t global_batch_size = 0;  // sequences per iteration
@@ -43,13 +46,18 @@ struct TrainingSpec {
   // (--moe-pad-expert-input-to-capacity) every expert computes exactly that many rows.
   double moe_capacity_factor = 0;
   bool moe_pad_to_capacity = false;
+  // "moe_token_dispatcher": "alltoall" (the default: what the published MoE recipes run) or
+  // "allgather" (Megatron-LM's default): graph::LoweringOptions::moe_allgather.
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
 
   bool mixed_precision() const { return precision != Dtype::kFp32; }
   bool fp8_training() const { return fp8 != Fp8Recipe::kNone; }
   // The routed rows of the busiest expert rank over the balanced share: the imbalance, bounded by
   // the capacity factor (exactly the factor when padded to it).
   double moe_load_factor() const;
-  bool moe_routing_stated() const { return moe_load_imbalance != 1.0 || moe_capacity_factor > 0; }
+  bool moe_routing_stated() const {
+    return moe_load_imbalance != 1.0 || moe_capacity_factor > 0 || moe_dispatcher != MoeDispatcher::kAllToAll;
+  }
   bool operator==(const TrainingSpec&) const = default;
 };
 
@@ -61,6 +69,8 @@ int dtype_bytes(Dtype d);
 const char* to_string(Dtype d);
 const char* to_string(Optimizer o);
 const char* to_string(Fp8Recipe r);
+const char* to_string(MoeDispatcher d);  // "alltoall", "allgather"
+
 // The precision as a user wrote it: "bf16", or "fp8 (tensorwise)" for FP8 training.
 std::string precision_name(const TrainingSpec& t);
 

@@ -44,7 +44,8 @@ Result<StageCosts> StageCosts::create(const analysis::PreparedJob& job, const Se
       plan::dense_blocks(job.model(), 0) * std::max<int64_t>(1, layout.virtual_pipeline_stages);
   return StageCosts(job.cluster(), space, layout, std::move(timer), std::move(progs),
                     analysis::nccl_buffer_bytes(layout, job.cluster(),
-                                                analysis::uses_expert_groups(layout, job.model().is_moe())),
+                                                analysis::uses_expert_groups(layout, job.model().is_moe()),
+                                                job.training().moe_dispatcher == spec::MoeDispatcher::kAllGather),
                     job.usable_memory_bytes(), min_layers);
 }
 

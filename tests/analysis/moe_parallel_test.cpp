@@ -95,6 +95,55 @@ TEST(MoeParallel, ExpertGroupsHoldNcclBuffers) {
               (2 * 32 + 2 + 2 * 8) * kNcclBytesPerPeerChannel, 1);
 }
 
+// Megatron's all-gather dispatcher (training.moe_token_dispatcher "allgather"): each rank of the
+// tp_ep group (etp·ep consecutive ranks) gathers all the group's tokens, G = etp·ep·s·b/t of them,
+// where the all-to-all sends only the routed rows. For Mixtral's top 2 of 8 experts on ep 8 that is
+// 8 tokens' rows received per token against the all-to-all's 2 (each 7/8 from the other ranks), so
+// the dispatcher's exposed time grows about 4-fold; for Qwen3-30B-A3B's top 8 of 128 the volumes
+// are alike. The gathered tokens live in a buffer of G·h·w bytes kept for all layers, and the
+// dispatcher's NCCL buffers are one ring over the group instead of a channel pair per EP peer.
+TEST(MoeParallel, AllGatherDispatcherGathersTheTpEpGroupsTokens) {
+  const auto c = cluster("H100-SXM5-80GB", 1, 8);
+  auto t = mist::testing::training(8, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
+  auto ag_t = t;
+  ag_t.moe_dispatcher = spec::MoeDispatcher::kAllGather;
+  auto exposed = [&](const char* model, const spec::TrainingSpec& tr) {
+    const auto m = *spec::catalog_model(model);
+    auto job = *PreparedJob::create(m, c, tr);
+    auto p = plan::uniform_plan(m, 8, 1, 1, 1, 1, {});
+    p.ep = 8;
+    auto moe = block_op_times(job, p, "moe.");
+    EXPECT_TRUE(moe) << moe.error().to_string();
+    return moe ? moe->fwd_exposed + moe->bwd_exposed : 0.0;
+  };
+  const double mixtral = exposed("mixtral-8x7b", ag_t) / exposed("mixtral-8x7b", t);
+  const double qwen = exposed("qwen3-30b-a3b", ag_t) / exposed("qwen3-30b-a3b", t);
+  EXPECT_GT(mixtral, 3.0);
+  EXPECT_LT(mixtral, 5.0);
+  EXPECT_GT(qwen, 0.9);
+  EXPECT_LT(qwen, 1.3);
+
+  // The gathered tokens' collective and buffer; the NCCL rings.
+  const auto m = *spec::catalog_model("mixtral-8x7b");
+  auto p = plan::uniform_plan(m, 8, 1, 1, 1, 1, {});
+  p.ep = 8;
+  auto job = *PreparedJob::create(m, c, ag_t);
+  const auto* L = *job.lowering(p);
+  sym::Bindings at = L->model.dims;
+  at["b"] = 1;
+  bind_parallel_degrees(at, p);
+  const auto& gather = mist::testing::op_named(L->model.block, "moe.gather_tokens");
+  EXPECT_EQ(gather.fwd_comm.group, graph::CommGroup::kExpertTpEp);
+  const double G = 8.0 * 4096, bytes = G * m.hidden_size * 2;
+  EXPECT_DOUBLE_EQ(*sym::evaluate(gather.fwd_comm.bytes, at), bytes);
+  auto ag = memory_of(m, c, ag_t, p), a2a = memory_of(m, c, t, p);
+  ASSERT_TRUE(ag && a2a);
+  EXPECT_DOUBLE_EQ(term(ag->stages[0], "dispatcher_buffer"), bytes);
+  for (const auto& x : a2a->stages[0].terms) EXPECT_NE(x.name, "dispatcher_buffer");
+  EXPECT_NEAR(term(ag->stages[0], "nccl_buffers") - term(a2a->stages[0], "nccl_buffers"),
+              (2 * 32 - 7 * 2) * kNcclBytesPerPeerChannel, 1);
+}
+
 // Routing that is not balanced: the busiest expert rank computes moe_load_imbalance times the
 // balanced rows and receives that many in the all-to-all, and the step waits for it; a capacity
 // factor drops what exceeds it, and padded to it every expert computes exactly the capacity. With
@@ -163,6 +212,19 @@ TEST(MoeParallel, RoutingFieldsAreRefusedWhereTheyCannotApply) {
       spec::training_from_json(Json{{"global_batch_size", 8}, {"seq_length", 64}, {"moe_load_imbalance", 0.9}},
                                "training"),
       "training.moe_load_imbalance", "");
+  auto ag = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
+  ag.moe_dispatcher = spec::MoeDispatcher::kAllGather;
+  mist::testing::expect_error(plan::validate_training(m, cluster("H100-SXM5-80GB", 1, 8), ag),
+                              "training.moe_token_dispatcher", "no experts");
+  mist::testing::expect_error(
+      spec::training_from_json(Json{{"global_batch_size", 8}, {"seq_length", 64}, {"moe_token_dispatcher", "flex"}},
+                               "training"),
+      "training.moe_token_dispatcher", "allgather");
+  auto parsed = spec::training_from_json(
+      Json{{"global_batch_size", 8}, {"seq_length", 64}, {"moe_token_dispatcher", "allgather"}}, "training");
+  ASSERT_TRUE(parsed) << parsed.error().to_string();
+  EXPECT_EQ(parsed->moe_dispatcher, spec::MoeDispatcher::kAllGather);
+  EXPECT_EQ(spec::training_to_json(*parsed).at("moe_token_dispatcher"), "allgather");
 }
 
 // A dense model refuses expert degrees, naming the field.

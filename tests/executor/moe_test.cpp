@@ -132,21 +132,81 @@ TEST(MoeExecutor, RunsMixtralAndQwen2MoeConfigs) {
   }
 }
 
+// Megatron's all-gather token dispatcher (graph/lower_moe.cpp allgather_experts), on the same
+// grid: the tp_ep group's tokens gathered into the buffer outside the activations, the local
+// experts' rows permuted out of them, their probabilities selected, the output reduce-scattered.
+TEST(MoeExecutor, AllGatherDispatcherMatchesTheModelByteForByte) {
+  for (const Case& c : grid())
+    for (Dtype dt : {Dtype::kFp32, Dtype::kBf16})
+      for (CM ck : {CM::kNone, CM::kFull}) {
+        auto r = moe_run(c, dt, ck);
+        r.moe_allgather = true;
+        SCOPED_TRACE("allgather");
+        expect_exact(r);
+      }
+}
+
+// On one rank holding every expert (ep = etp = 1, nothing to move) the two dispatchers compute
+// the same block: the same output and gradients. On a grid each stands for the other ranks'
+// rows its own way (the all-to-all's rows return to this rank's experts, the all-gather's copies
+// are routed like its own tokens), so there only the gradients are checked, against finite
+// differences.
+TEST(MoeExecutor, BothDispatchersComputeTheSameBlock) {
+  for (const Case& c : three_grids()) {
+    auto a2a = moe_run(c, Dtype::kFp32, CM::kNone), ag = a2a;
+    ag.moe_allgather = true;
+    SCOPED_TRACE(name(a2a));
+    if (c.ep == 1 && c.etp == 1) {
+      auto x = measure_block(a2a), y = measure_block(ag);
+      ASSERT_TRUE(x && y);
+      EXPECT_NEAR(y->output_sumsq, x->output_sumsq, 1e-9 * x->output_sumsq);
+      EXPECT_NEAR(y->input_grad_sumsq, x->input_grad_sumsq, 1e-9 * x->input_grad_sumsq);
+      EXPECT_NEAR(y->weight_grad_sumsq, x->weight_grad_sumsq, 1e-9 * x->weight_grad_sumsq);
+    }
+    auto g = check_gradients(ag);
+    ASSERT_TRUE(g) << g.error().to_string();
+    EXPECT_LT(g->input_error(), 5e-3) << g->input_numeric << " vs " << g->input_analytic;
+    EXPECT_LT(g->weights_error(), 5e-3) << g->weights_numeric << " vs " << g->weights_analytic;
+  }
+}
+
+// What it keeps against the all-to-all dispatcher's, closed form (T = s·b tokens, R = etp·T·k
+// rows, G = etp·ep·T gathered tokens, E_l = E/ep local experts): the all-to-all keeps the whole
+// argsort of the routing map with each row's token (T·(E + k)·8) and, with more than one local
+// expert, nothing else; the all-gather keeps each row's token (R·8) and masked_select's input and
+// mask (G·E_l·(w + 1)); the rows the experts keep are the same.
+TEST(MoeExecutor, AllGatherKeepsItsOwnIndicesAndTheSelectsInputs) {
+  for (const Case& c : {Case{4, 1, 1, 1}, Case{8, 2, 2, 2}, Case{8, 2, 4, 1}, Case{4, 2, 2, 2}})
+    for (Dtype dt : {Dtype::kFp32, Dtype::kBf16}) {
+      auto a2a = moe_run(c, dt, CM::kNone), ag = a2a;
+      ag.moe_allgather = true;
+      auto x = measure_block(a2a), y = measure_block(ag);
+      ASSERT_TRUE(x && y);
+      const int64_t w = spec::dtype_bytes(dt), T = kS * kB, R = c.etp * T * c.k, G = c.etp * c.ep * T;
+      EXPECT_EQ(y->saved_bytes - x->saved_bytes, R * 8 + G * (c.E / c.ep) * (w + 1) - T * (c.E + c.k) * 8)
+          << name(a2a);
+    }
+}
+
 TEST(MoeExecutor, RunsTheOpsOfTheMoeLowering) {
   for (const Case& c : three_grids()) {
     const auto r = moe_run(c, Dtype::kFp32, CM::kNone);
-    auto m = measure_block(r);
-    ASSERT_TRUE(m) << m.error().to_string();
     graph::LoweringOptions o;
     o.flash_attention = true;
     o.expert_parallel = c.ep > 1;
     o.expert_tensor_parallel = c.etp > 1;
     o.one_local_expert = c.ep == c.E;
-    const auto lm = graph::lower(r.model, r.seq_length, o);
-    std::vector<std::string> expected;
-    for (const auto& op : lm.block.ops)
-      if (op.kind != graph::OpKind::kView) expected.push_back(op.name);
-    EXPECT_EQ(m->forward_ops, expected) << name(r);
+    for (bool allgather : {false, true}) {
+      auto ri = r;
+      ri.moe_allgather = o.moe_allgather = allgather;
+      auto m = measure_block(ri);
+      ASSERT_TRUE(m) << m.error().to_string();
+      const auto lm = graph::lower(r.model, r.seq_length, o);
+      std::vector<std::string> expected;
+      for (const auto& op : lm.block.ops)
+        if (op.kind != graph::OpKind::kView) expected.push_back(op.name);
+      EXPECT_EQ(m->forward_ops, expected) << name(r) << (allgather ? " allgather" : "");
+    }
   }
 }
 

@@ -77,6 +77,37 @@ TEST(MoeExport, CapacityFactorRoundTrips) {
   EXPECT_FALSE(value(plain->exported->options, "--moe-expert-capacity-factor").has_value());
 }
 
+// The all-gather dispatcher, Megatron-LM's default: written as --moe-token-dispatcher-type
+// allgather, read back; a command without the flag runs it, and the import says so in its
+// training (the all-to-all only where the flag names it).
+TEST(MoeExport, AllGatherDispatcherRoundTripsAndIsTheDefault) {
+  const auto m = model("mixtral-8x7b");
+  auto t = training(128, 4096);
+  t.moe_dispatcher = spec::MoeDispatcher::kAllGather;
+  auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), t, mixtral_plan(m.num_layers), {}});
+  ASSERT_TRUE(r && r->exported);
+  const std::string cmd = command(r->exported->options);
+  EXPECT_EQ(value(r->exported->options, "--moe-token-dispatcher-type"), "allgather");
+  auto back = import_megatron_flags(cmd, m, cluster(2, 8));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->training.moe_dispatcher, std::optional(spec::MoeDispatcher::kAllGather));
+  auto unstated = import_megatron_flags(without_token(cmd, " --moe-token-dispatcher-type allgather"), m, cluster(2, 8));
+  ASSERT_TRUE(unstated) << unstated.error().to_string();
+  EXPECT_EQ(unstated->training.moe_dispatcher, std::optional(spec::MoeDispatcher::kAllGather));
+  auto a2a = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(m.num_layers), {}});
+  ASSERT_TRUE(a2a && a2a->exported);
+  auto a2a_back = import_megatron_flags(command(a2a->exported->options), m, cluster(2, 8));
+  ASSERT_TRUE(a2a_back);
+  EXPECT_EQ(a2a_back->training.moe_dispatcher, std::optional(spec::MoeDispatcher::kAllToAll));
+  // A dense model's import says nothing about a dispatcher.
+  auto dense = export_plan(Engine::kMegatron, {model("llama3-8b"), cluster(2, 8), training(128, 4096),
+                                               testing::plan(2, 4, {16, 16}, 1, 64, 1), {}});
+  ASSERT_TRUE(dense && dense->exported);
+  auto dense_back = import_megatron_flags(command(dense->exported->options), model("llama3-8b"), cluster(2, 8));
+  ASSERT_TRUE(dense_back);
+  EXPECT_FALSE(dense_back->training.moe_dispatcher.has_value());
+}
+
 TEST(MoeExport, ImportRefusesWhatWouldBuildAnotherModel) {
   const auto m = model("mixtral-8x7b");
   auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(), {}});
@@ -84,8 +115,9 @@ TEST(MoeExport, ImportRefusesWhatWouldBuildAnotherModel) {
   const std::string cmd = command(r->exported->options);
   auto read_back = [&](const std::string& c) { return import_megatron_flags(c, m, cluster(2, 8)); };
   expect_error(read_back(without_token(cmd, " --num-experts 8")), "--num-experts", "dense model");
-  expect_error(read_back(without_token(cmd, " --moe-token-dispatcher-type alltoall")), "--moe-token-dispatcher-type",
-               "allgather");
+  expect_error(read_back(without_token(cmd, " --moe-token-dispatcher-type alltoall") +
+                         " --moe-token-dispatcher-type flex"),
+               "--moe-token-dispatcher-type", "flex");
   expect_error(read_back(without_token(cmd, " --moe-grouped-gemm")), "--moe-grouped-gemm", "SequentialMLP");
   expect_error(read_back(cmd + " --moe-router-topk 4"), "--moe-router-topk", "2 experts");
   const std::string no_ep = without_token(cmd, " --expert-model-parallel-size 4");
