@@ -107,11 +107,10 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
   return r;
 }
 
-// Compute overlapped with an NCCL collective and PCIe copies: the two GPU streams slow each other
-// while both run; copy engines do not slow compute.
-double overlapped(double compute, double collective, double h2d, double d2h, const Interference& f) {
-  const double gpu = overlap_time(compute, collective, f);
-  return std::max({gpu, h2d, d2h});
+// Compute overlapped with an NCCL collective and PCIe copies (`host`: both directions'
+// time): the two GPU streams slow each other while both run; copy engines do not slow compute.
+double overlapped(double compute, double collective, double host, const Interference& f) {
+  return std::max(overlap_time(compute, collective, f), host);
 }
 
 }  // namespace
@@ -277,21 +276,24 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     const double rs = st.zero >= 2 ? dp_collective(Collective::kReduceScatter, x_dense * gb, x_exp * gb) : 0;
     const double w_shard = w_dense / shard.weights + w_exp / shard_x.weights;
     const double g_shard = (x_dense / shard.gradients + x_exp / shard_x.gradients) * gb;
-    const double w_swap = hardware::host_copy_time(c, off.weights * w_shard, k.comm);
-    const double g_swap = hardware::host_copy_time(c, off.gradients * g_shard, k.comm);
-    const double a_swap = hardware::host_copy_time(c, off.activations * x.saved, k.comm);
+    // Offloaded shares over PCIe: forward brings the weights in and sends the saved activations
+    // out; backward brings weights, activations and the gradients to accumulate in, and sends the
+    // gradients out (both directions at once, within the node's host bandwidth).
+    const double w_in = off.weights * w_shard, g_io = off.gradients * g_shard, a_io = off.activations * x.saved;
+    const double fwd_host = hardware::host_copy_time(c, w_in, a_io, k.comm);
+    const double bwd_host = hardware::host_copy_time(c, w_in + a_io + g_io, g_io, k.comm);
     const double fwd_tp = tp_hidden ? 0 : x.fwd_tp;
     const double bwd_tp = tp_hidden ? 0 : p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp;
     const double fwd_tp_ov = tp_hidden ? x.fwd_tp : 0, bwd_tp_ov = tp_hidden ? x.bwd_tp : 0;
     BlockPasses b;
-    b.fwd = std::max(overlapped(x.fwd, ag + fwd_tp_ov, w_swap, a_swap, fi) + fwd_tp + x.fwd_exposed,
+    b.fwd = std::max(overlapped(x.fwd, ag + fwd_tp_ov, fwd_host, fi) + fwd_tp + x.fwd_exposed,
                      host * x.kernels_fwd);
     b.recompute = x.fwd + x.fwd_tp + x.fwd_exposed;
-    b.bwd = std::max(overlapped(x.bwd + (selective ? x.core_fwd : 0), ag + rs + bwd_tp_ov, w_swap + a_swap + g_swap,
-                                g_swap, fi) + bwd_tp + x.bwd_exposed,
+    b.bwd = std::max(overlapped(x.bwd + (selective ? x.core_fwd : 0), ag + rs + bwd_tp_ov, bwd_host, fi) + bwd_tp +
+                         x.bwd_exposed,
                      host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0)));
-    b.bwd_recomputed = std::max(overlapped(x.bwd + b.recompute, ag + rs + bwd_tp_ov + fwd_tp_ov,
-                                           w_swap + a_swap + g_swap, g_swap, fi) + bwd_tp + x.bwd_exposed,
+    b.bwd_recomputed = std::max(overlapped(x.bwd + b.recompute, ag + rs + bwd_tp_ov + fwd_tp_ov, bwd_host, fi) +
+                                    bwd_tp + x.bwd_exposed,
                                 host * (x.kernels_bwd + x.kernels_fwd));
     return b;
   };
@@ -346,7 +348,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
       1.0, std::max(k.ddp_bucket_params, first ? emb.params : 0.0) / std::max(1.0, stage_params));
   auto exposed_of = [&](double under, double comm) {
     const double rest = comm * (1 - edge_bucket);
-    return overlapped(under, rest, 0, 0, fi) - under + comm * edge_bucket;
+    return overlapped(under, rest, 0, fi) - under + comm * edge_bucket;
   };
   if (st.zero <= 1) {
     grad_sync = dp_collective(st.zero == 1 ? Collective::kReduceScatter : Collective::kAllReduce, stage_dense * gb,
@@ -377,7 +379,9 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
       hardware::streaming_time(c.gpu, (1 - off.optimizer_states) * local * optimizer_step_bytes(t), k.perf);
   const double step_cpu = off.optimizer_states > 0
                               ? off.optimizer_states * local / k.cpu_adam_params_per_s +
-                                    hardware::host_copy_time(c, off.optimizer_states * local * (gb + wb), k.comm)
+                                    // the gradients out, then the updated weights back in
+                                    hardware::host_copy_time(c, 0, off.optimizer_states * local * gb, k.comm) +
+                                    hardware::host_copy_time(c, off.optimizer_states * local * wb, 0, k.comm)
                               : 0;
   const double step = std::max(step_gpu, step_cpu);
   const double tied_sync = (p.pp > 1 && tied_params_ > 0 && (first || last))

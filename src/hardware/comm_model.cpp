@@ -59,9 +59,23 @@ double p2p_time(const spec::ClusterSpec& c, bool crosses_nodes, double bytes, co
   return bytes / ring_bandwidth(c, crosses_nodes, 1, k) + latency(c, crosses_nodes);
 }
 
-double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConstants& k) {
-  if (bytes <= 0) return 0;
-  return bytes / (c.pcie_bw * k.pcie_efficiency);
+double host_link_share(const spec::ClusterSpec& c, const CommConstants& k) {
+  const int64_t sharing = std::clamp<int64_t>(c.gpus_per_pcie_switch, 1, std::max<int64_t>(c.gpus_per_node, 1));
+  return c.pcie_bw * k.pcie_efficiency / static_cast<double>(sharing);
+}
+
+double host_memory_share(const spec::ClusterSpec& c, const CommConstants& k) {
+  if (c.host_memory_bw <= 0) return 0;
+  return c.host_memory_bw * k.host_memory_efficiency / static_cast<double>(std::max<int64_t>(c.gpus_per_node, 1));
+}
+
+double host_copy_time(const spec::ClusterSpec& c, double h2d, double d2h, const CommConstants& k) {
+  h2d = std::max(h2d, 0.0);
+  d2h = std::max(d2h, 0.0);
+  if (h2d + d2h <= 0) return 0;
+  const double link = host_link_share(c, k), dram = host_memory_share(c, k);
+  const double over_link = std::max(h2d, d2h) / link;
+  return dram > 0 ? std::max(over_link, (h2d + d2h) / dram) : over_link;
 }
 
 Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep, int64_t etp,

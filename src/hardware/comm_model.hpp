@@ -19,6 +19,9 @@ struct CommConstants {
   double nvlink_efficiency = 0.78;
   double network_efficiency = 0.85;  // InfiniBand/RoCE ring bus bandwidth vs line rate
   double pcie_efficiency = 0.88;     // measured 55 of 63 GB/s on PCIe 5 x16 (ml-engineering)
+  // Sustained fraction of the DRAM channels' peak that DMA copies from pinned host memory reach:
+  // STREAM-class, three quarters (docs/time-model.md, "Host copies").
+  double host_memory_efficiency = 0.75;
   // NCCL runs one ring per NIC in use: a group with r members on each node crosses nodes at r
   // times the per-GPU network share (Group::per_node). Physically right for rail-optimised
   // DGX-class nodes, but off by default: turning it on makes the Megatron-Core H100 pp = 1 rows
@@ -45,8 +48,16 @@ double collective_time(const spec::ClusterSpec& c, Collective op, Group g, doubl
                        const CommConstants& k = {});
 // Seconds to send `bytes` to a neighbour (pipeline p2p).
 double p2p_time(const spec::ClusterSpec& c, bool crosses_nodes, double bytes, const CommConstants& k = {});
-// Seconds to copy `bytes` between host and device over PCIe, one direction.
-double host_copy_time(const spec::ClusterSpec& c, double bytes, const CommConstants& k = {});
+// Seconds for one GPU's host copies, `h2d` bytes in and `d2h` bytes out at once, while every GPU
+// of its node copies as it does (the tuner costs each stage alone, so a stage that offloads takes
+// its node's other GPUs to offload alike): each direction over its share of the PCIe switch's x16
+// uplink (the GPUs behind the switch divide it; PCIe is full duplex), both directions together
+// within the GPU's share of the node's DRAM bandwidth.
+double host_copy_time(const spec::ClusterSpec& c, double h2d, double d2h = 0, const CommConstants& k = {});
+// The per-GPU rates behind it, bytes/s: one direction of the uplink share, and the DRAM share
+// (0: not known, no bound).
+double host_link_share(const spec::ClusterSpec& c, const CommConstants& k = {});
+double host_memory_share(const spec::ClusterSpec& c, const CommConstants& k = {});
 
 // Where Megatron's rank order (tp fastest, then cp, then dp, then pp) puts each group, and where
 // its expert grid (etp fastest, then ep, then the expert data-parallel group, then pp: parallel

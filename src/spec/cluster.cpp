@@ -1,6 +1,7 @@
 // GpuSpec and ClusterSpec: JSON forms (units in the keys), converted to SI once, here.
 #include "spec/cluster.hpp"
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <limits>
@@ -151,7 +152,8 @@ Result<GpuSpec> gpu_from_json(const Json& j, const std::string& path, const GpuS
                                     "fp8_TFLOPS", "mem_bw_TBps", "link_GBps", "pcie_gen",
                                     "default_gpus_per_node", "context_MiB", "blas_workspace_MiB",
                                     "default_inter_node_GBps", "default_host_memory_GiB", "sm_count",
-                                    "matmul_bf16_TFLOPS", "tdp_W", "power_limit_W", "idle_W"}));
+                                    "matmul_bf16_TFLOPS", "tdp_W", "power_limit_W", "idle_W",
+                                    "default_gpus_per_pcie_switch", "default_host_memory_GBps"}));
   GpuSpec g = base ? *base : GpuSpec{};
   MIST_TRY(g.name, f.string("name"));
   if (g.name.empty()) return fail(f.field_path("name"), "must not be empty");
@@ -174,6 +176,14 @@ Result<GpuSpec> gpu_from_json(const Json& j, const std::string& path, const GpuS
     MIST_TRY(int64_t n, f.integer("default_gpus_per_node", 1, kMaxGpusPerNode));
     g.default_gpus_per_node = static_cast<int>(n);
   }
+  // The host side is optional even for a GPU outside the catalog (a switch of its own, no DRAM bound).
+  if (f.has("default_gpus_per_pcie_switch")) {
+    MIST_TRY(int64_t n, f.integer("default_gpus_per_pcie_switch", 1, kMaxGpusPerNode));
+    g.default_gpus_per_pcie_switch = static_cast<int>(n);
+  }
+  if (f.has("default_host_memory_GBps")) {
+    MIST_TRY(g.default_host_memory_bw, read_number(f, "default_host_memory_GBps", kGB, kMaxGBps, /*positive=*/false));
+  }
   return g;
 }
 
@@ -184,7 +194,9 @@ Json gpu_to_json(const GpuSpec& g) {
          {"vendor", g.vendor},
          {"source", g.source},
          {"pcie_gen", g.pcie_gen},
-         {"default_gpus_per_node", g.default_gpus_per_node}};
+         {"default_gpus_per_node", g.default_gpus_per_node},
+         {"default_gpus_per_pcie_switch", g.default_gpus_per_pcie_switch},
+         {"default_host_memory_GBps", detail::in_unit(g.default_host_memory_bw, kGB)}};
   for (const GpuNumber& n : kGpuNumbers)
     j[std::string(n.key)] = detail::in_unit(g.*n.member, n.unit);
   if (g.tdp_watts > 0) j["tdp_W"] = g.tdp_watts;
@@ -206,7 +218,8 @@ Result<ClusterFile> cluster_file_from_json(const Json& j, const std::string& wha
   MIST_SPEC_CHECK(f.reject_unknown({"gpu", "nodes", "gpus_per_node", "intra_node_GBps",
                                     "intra_node_latency_us", "inter_node_GBps",
                                     "inter_node_latency_us", "pcie_GBps", "host_memory_GiB",
-                                    "profile_db", "time_constants"}));
+                                    "gpus_per_pcie_switch", "host_memory_GBps", "profile_db",
+                                    "time_constants"}));
   ClusterFile file;
   ClusterSpec& c = file.cluster;
   MIST_TRY(c.gpu, cluster_gpu(f));
@@ -229,6 +242,12 @@ Result<ClusterFile> cluster_file_from_json(const Json& j, const std::string& wha
   MIST_TRY(c.pcie_bw, read_number_or(f, "pcie_GBps", pcie, kGB, kMaxGBps));
   MIST_TRY(c.host_memory_bytes,
            read_number_or(f, "host_memory_GiB", c.gpu.default_host_memory_bytes, kGiB, kMaxGiB));
+  // A node smaller than the GPU's usual one keeps at most its own GPUs behind a switch.
+  MIST_TRY(c.gpus_per_pcie_switch,
+           f.integer_or("gpus_per_pcie_switch",
+                        std::min<int64_t>(c.gpu.default_gpus_per_pcie_switch, c.gpus_per_node), 1,
+                        c.gpus_per_node));
+  MIST_TRY(c.host_memory_bw, read_number_or(f, "host_memory_GBps", c.gpu.default_host_memory_bw, kGB, kMaxGBps));
   CalibrationFiles& files = file.files;
   MIST_TRY(files.profile_db, f.string_or("profile_db", ""));
   if (f.has("profile_db") && files.profile_db.empty())
@@ -258,7 +277,9 @@ Json cluster_to_json(const ClusterSpec& c, const CalibrationFiles& files) {
               {"inter_node_GBps", in_unit(c.inter_node_bw, kGB)},
               {"inter_node_latency_us", in_unit(c.inter_node_latency, kMicrosecond)},
               {"pcie_GBps", in_unit(c.pcie_bw, kGB)},
-              {"host_memory_GiB", in_unit(c.host_memory_bytes, kGiB)}};
+              {"host_memory_GiB", in_unit(c.host_memory_bytes, kGiB)},
+              {"gpus_per_pcie_switch", c.gpus_per_pcie_switch}};
+  if (c.host_memory_bw > 0) j["host_memory_GBps"] = in_unit(c.host_memory_bw, kGB);
   if (!files.profile_db.empty()) j["profile_db"] = files.profile_db;
   if (!files.time_constants.empty()) j["time_constants"] = files.time_constants;
   return j;

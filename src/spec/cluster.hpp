@@ -37,6 +37,11 @@ struct GpuSpec {
   // Defaults for clusters built from this GPU when the cluster file does not say:
   double default_inter_node_bw = 0;       // bytes/s per GPU, one direction (NIC share)
   double default_host_memory_bytes = 0;   // CPU memory per node
+  // The node's host side (docs/time-model.md, "Host copies"): GPUs behind each PCIe switch, which
+  // share its x16 uplink to the CPU (1: a link of its own), and the node's DRAM bandwidth, all
+  // sockets (0: not known, no bound).
+  int default_gpus_per_pcie_switch = 1;
+  double default_host_memory_bw = 0;
 
   bool operator==(const GpuSpec&) const = default;
 };
@@ -51,6 +56,8 @@ struct ClusterSpec {
   double inter_node_latency = 0;   // seconds
   double pcie_bw = 0;              // host<->device bytes/s per GPU, one direction
   double host_memory_bytes = 0;    // CPU memory per node
+  int64_t gpus_per_pcie_switch = 1;  // GPUs sharing one x16 uplink to the host (each uplink = pcie_bw)
+  double host_memory_bw = 0;       // the node's DRAM bytes/s, all sockets, peak; 0 = not known
 
   int64_t num_gpus() const { return nodes * gpus_per_node; }
   bool operator==(const ClusterSpec&) const = default;

@@ -60,6 +60,28 @@ TEST(TimeModel, RecomputeAndShardingCostTime) {
   EXPECT_LT(full.mfu, base.mfu);
 }
 
+// Offloaded shares cross PCIe while every GPU of the node copies: two GPUs behind each switch of a
+// DGX A100 halve each one's uplink, a node with little DRAM bandwidth bounds both directions, and a
+// plan that offloads nothing does not move.
+TEST(TimeModel, OffloadCopiesShareTheNodesHostSide) {
+  Job s;
+  ASSERT_EQ(s.c.gpus_per_pcie_switch, 2);
+  plan::StagePlan off;
+  off.offload.weights = 0.5;
+  off.offload.activations = 0.5;
+  const auto offloading = plan::uniform_plan(s.m, 4, 2, 2, 1, 64, off);
+  const auto resident = plan::uniform_plan(s.m, 4, 2, 2, 1, 64, {});
+  const double shared = s.run(offloading).iteration_time_s, plain = s.run(resident).iteration_time_s;
+  s.c.gpus_per_pcie_switch = 1;
+  const double own = s.run(offloading).iteration_time_s;
+  EXPECT_DOUBLE_EQ(s.run(resident).iteration_time_s, plain);
+  EXPECT_GT(shared, own * 1.05) << "the copies bind this plan: halving the uplink shows";
+  EXPECT_GT(own, plain);
+  s.c.host_memory_bw = 100e9;  // 9.4 GB/s a GPU for both directions, under the uplink's 27 each
+  EXPECT_GT(s.run(offloading).iteration_time_s, own * 1.5);
+  EXPECT_DOUBLE_EQ(s.run(resident).iteration_time_s, plain);
+}
+
 TEST(TimeModel, BubbleShrinksWithMoreMicroBatchesAndInterleaving) {
   Job s;
   s.c = cluster("A100-SXM4-80GB", 1, 8);

@@ -119,7 +119,42 @@ TEST(CommModel, MegatronPlacement) {
   EXPECT_TRUE(p.pp_crosses_nodes);
   p = place_groups(c, 2, 2, 8);
   EXPECT_FALSE(p.pp_crosses_nodes);
-  EXPECT_NEAR(host_copy_time(c, 63e9 * 0.88), 1.0, 1e-12);  // PCIe 5 x16
+}
+
+// Host copies while every GPU of the node copies: the GPUs behind a PCIe switch divide its x16
+// uplink in each direction (full duplex), and both directions of all the node's GPUs share its DRAM.
+TEST(CommModel, HostCopiesShareTheSwitchUplinkAndTheNodesMemory) {
+  const auto h100 = cluster("H100-SXM5-80GB", 2, 8);  // DGX H100: 2 GPUs a switch, 614.4 GB/s DRAM
+  ASSERT_EQ(h100.gpus_per_pcie_switch, 2);
+  const double link = 63e9 * 0.88;
+  EXPECT_NEAR(host_copy_time(h100, link), 2.0, 1e-12);  // half the uplink
+  EXPECT_NEAR(host_copy_time(h100, link, link), 2.0, 1e-12);  // the other direction rides along
+  // Both directions at once on all 8 GPUs need 8 × 2 × 27.7 = 443 GB/s of the 460.8 the DRAM gives:
+  // the link still binds; on a node with half the DRAM, the memory does.
+  auto slow_host = h100;
+  slow_host.host_memory_bw = 307.2e9;
+  const double dram = 307.2e9 * 0.75 / 8;
+  EXPECT_NEAR(host_copy_time(slow_host, link, link), 2 * link / dram, 1e-9);
+  EXPECT_NEAR(host_copy_time(slow_host, link, 0), 2.0, 1e-12);  // one direction: the link again
+  // A GPU alone on its node has the uplink to itself; a cluster file can say the switch is its own.
+  EXPECT_NEAR(host_copy_time(cluster("H100-SXM5-80GB", 1, 1), link), 1.0, 1e-12);
+  auto own = *spec::cluster_from_json(
+      Json{{"gpu", "H100-SXM5-80GB"}, {"nodes", 2}, {"gpus_per_node", 8}, {"gpus_per_pcie_switch", 1}}, "cluster");
+  EXPECT_NEAR(host_copy_time(own, link), 1.0, 1e-12);
+  EXPECT_EQ(host_copy_time(h100, 0, 0), 0);
+}
+
+TEST(CommModel, HostSideFieldsAreCheckedByName) {
+  auto r = spec::cluster_from_json(
+      Json{{"gpu", "H100-SXM5-80GB"}, {"nodes", 1}, {"gpus_per_node", 4}, {"gpus_per_pcie_switch", 8}}, "cluster");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().path, "cluster.gpus_per_pcie_switch");
+  r = spec::cluster_from_json(Json{{"gpu", "H100-SXM5-80GB"}, {"nodes", 1}, {"host_memory_GBps", -1}}, "cluster");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().path, "cluster.host_memory_GBps");
+  // A node smaller than the GPU's usual one keeps at most its own GPUs behind a switch.
+  EXPECT_EQ(cluster("A100-SXM4-80GB", 1, 1).gpus_per_pcie_switch, 1);
+  EXPECT_EQ(cluster("A100-SXM4-80GB", 1, 8).gpus_per_pcie_switch, 2);
 }
 
 // An all-to-all sends an equal share to every member at once: inside a node (n - 1)/n of the data
