@@ -152,7 +152,8 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
       nd > 0 ? graph::trace_layer(lm.dense_block, b, graph::TraceMode::kFull) : graph::LayerTrace{};
   const auto dense_tensors = nd > 0 ? param_tensors(lm.dense_block, b) : std::vector<ParamTensor>{};
   const graph::LayerTrace emb = graph::trace_layer(lm.embedding, b, graph::TraceMode::kSaveAll);
-  const graph::LayerTrace head = graph::trace_layer(lm.head, b, graph::TraceMode::kSaveAll);
+  // The head recomputes only its multi-token prediction blocks' attention cores (selective).
+  const graph::LayerTrace head = graph::trace_layer(lm.head, b, block_mode);
 
   // The stage's layers, split into its model chunks (interleaved 1F1B).
   const int64_t v = std::max<int64_t>(1, p.virtual_pipeline_stages);
@@ -170,8 +171,9 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
     }
     if (last && c == v - 1) {
       auto t = param_tensors(lm.head, b);
-      if (p.pp > 1 && job.model().tie_word_embeddings)
-        t.push_back({sym::evaluate_or_zero(lm.tied_head_params, b), false});
+      // The word embedding's copy (the tied LM head's, or multi-token prediction's lookup table).
+      if (const double copy = sym::evaluate_or_zero(lm.embedding_copy_params, b); p.pp > 1 && copy > 0)
+        t.push_back({copy, false});
       ch.push_back({&head, 0, t});
     }
     for (auto& s : ch) s.params = sum(s.tensors);

@@ -71,15 +71,17 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   // rest over the data-parallel group.
   const Expr P_blk = lm.block.params(), P_emb = lm.embedding.params();
   const Expr P_dns = dense ? lm.dense_block.params() : Expr(0.0);
-  const Expr P_head = lm.head.params() + T * lm.tied_head_params;
+  const Expr P_head = lm.head.params() + T * lm.embedding_copy_params;
   const Expr P_stage = (l - D) * P_blk + D * P_dns + E * P_emb + H * P_head;
   const Expr P_blkx = lm.block.expert_params();
   const bool experts = !(P_blkx.is_constant() && P_blkx.constant_value() == 0);
-  const Expr P_exp = (l - D) * P_blkx;
+  // The head's multi-token prediction blocks hold expert weights too (of the model's last kind).
+  const Expr P_exp = (l - D) * P_blkx + H * lm.head.expert_params();
   // The FP8 linears' weights of a block whose FP8 copies Transformer Engine caches (0 otherwise).
   const bool fp8_copies = lm.options.fp8 && lm.options.fp8_keeps_fp8_inputs;
   const Expr P_fp8 = fp8_copies ? lm.block.fp8_params() : Expr(0.0);
   const Expr P_fp8_dns = fp8_copies && dense ? lm.dense_block.fp8_params() : Expr(0.0);
+  const Expr P_fp8_head = fp8_copies ? lm.head.fp8_params() : Expr(0.0);  // multi-token prediction blocks
   // bytes·P/z for the dense share, bytes·P_exp/zx for the experts'; its formula in words.
   auto sharded = [&](const Expr& bytes, const Expr& z, const Expr& zx, const Expr& kept) {
     return experts ? bytes * ((P_stage - P_exp) / z + P_exp / zx) * kept : bytes * P_stage * kept / z;
@@ -88,9 +90,10 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   // among them) are kept in one byte instead of wb: the weights term takes (wb - 1)·P8 off, sharded
   // as the rest. The layer-wise sizes of the gathered buffers do the same.
   const bool fp8_params = lm.options.fp8_params;
-  const Expr P8_stage = fp8_params ? (l - D) * lm.block.fp8_params() + (dense ? D * lm.dense_block.fp8_params() : Expr(0.0))
+  const Expr P8_stage = fp8_params ? (l - D) * lm.block.fp8_params() +
+                                         (dense ? D * lm.dense_block.fp8_params() : Expr(0.0)) + H * lm.head.fp8_params()
                                    : Expr(0.0);
-  const Expr P8_exp = fp8_params ? (l - D) * lm.block.fp8_expert_params() : Expr(0.0);
+  const Expr P8_exp = fp8_params ? (l - D) * lm.block.fp8_expert_params() + H * lm.head.fp8_expert_params() : Expr(0.0);
   const Expr w_off = Expr(static_cast<double>(spec::dtype_bytes(training.precision) - 1));
   auto fp8_saving = [&](const Expr& kept) {
     return !fp8_params ? Expr(0.0)
@@ -105,8 +108,10 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   const Expr A_blk = selective ? block_free.saved_selective : block_free.saved;
   const Expr A_dns = !dense ? Expr(0.0) : selective ? dense_free.saved_selective : dense_free.saved;
   const Expr A_in = block_free.input;
-  const Expr A_mb =
-      (l - D - (c - cD)) * A_blk + (D - cD) * A_dns + c * A_in + E * emb_free.saved + H * head_free.saved;
+  // The head's multi-token prediction blocks recompute their attention cores under selective
+  // recompute as the model's blocks do (never fully: Megatron's block method leaves them out).
+  const Expr A_head = selective ? head_free.saved_selective : head_free.saved;
+  const Expr A_mb = (l - D - (c - cD)) * A_blk + (D - cD) * A_dns + c * A_in + E * emb_free.saved + H * A_head;
 
   // Transient bytes above the saved ones: the worst layer's forward or backward live set minus
   // what that layer keeps anyway. A fully recomputed block keeps only its input and rebuilds the
@@ -130,7 +135,9 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
     X_dns = has_dense * sym::max(sym::max(Md.input + fwd, bwd) - saved,
                                  sym::min(cD, Expr(1.0)) * (Md.bwd_peak_recomputed - Md.input));
   }
-  const Expr X_head = H * (sym::max(M.head.input + M.head.fwd_peak, M.head.bwd_peak) - M.head.saved);
+  const Expr X_head = selective ? H * (sym::max(M.head.input + M.head.fwd_peak_selective, M.head.bwd_peak_selective) -
+                                       M.head.saved_selective)
+                                : H * (sym::max(M.head.input + M.head.fwd_peak, M.head.bwd_peak) - M.head.saved);
   const Expr X_emb = E * (sym::max(M.embedding.input + M.embedding.fwd_peak, M.embedding.bwd_peak) - M.embedding.saved);
 
   const Expr P_max = sym::max({bound(gathered(lm.block), dims), has_dense * (dense ? bound(gathered(lm.dense_block), dims) : Expr(0.0)),
@@ -143,14 +150,17 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   M.quantities = {
       {"P_blk", "parameters of one block on one GPU", P_blk, false},
       {"P_emb", "parameters of the embedding on one GPU", P_emb, false},
-      {"P_head", "parameters of the final norm and LM head on one GPU (T: tied copy)", P_head, false},
+      {"P_head", "parameters of the final norm, LM head and multi-token prediction depths on one GPU (T: the word "
+                 "embedding's copy on the last stage)", P_head, false},
       {"P_stage", "parameters of the stage on one GPU", P_stage, false},
       {"A_blk", selective ? "activations one block saves for backward (selective recompute)"
                           : "activations one block saves for backward",
        A_blk},
       {"A_in", "input of a block: all a fully recomputed block keeps", A_in},
       {"A_emb", "activations the embedding saves", emb_free.saved},
-      {"A_head", "activations the final norm, LM head and loss save", head_free.saved},
+      {"A_head", lm.options.mtp_layers > 0 ? "activations the final norm, the multi-token prediction depths, the LM head and the losses save"
+                                            : "activations the final norm, LM head and loss save",
+       A_head},
       {"A_mb", "activations of one micro-batch on the stage", A_mb},
       {"X_blk", "a block's live bytes above what it keeps, worst of forward/backward", X_blk},
       {"X_head", "the same for the head (logits and their fp32 copy)", X_head},
@@ -230,8 +240,9 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
                                      "kept for the iteration"
                                    : "FP8 copies of the FP8 linears' weights, row- and column-wise, kept for the "
                                      "iteration (Transformer Engine)",
-                        dense ? k + "((l - D)·P_fp8 + D·P_fp8_dns)" : k + "l·P_fp8",
-                        Expr(static_cast<double>(copies)) * ((l - D) * P_fp8 + D * P_fp8_dns)});
+                        (dense ? k + "((l - D)·P_fp8 + D·P_fp8_dns" : k + "(l·P_fp8") +
+                            (lm.options.mtp_layers > 0 ? " + H·P_fp8_head)" : ")"),
+                        Expr(static_cast<double>(copies)) * ((l - D) * P_fp8 + D * P_fp8_dns + H * P_fp8_head)});
     if (fp8_params)
       M.quantities.insert(M.quantities.begin() + 4,
                           {"P8_stage", "FP8 linear weights of the stage on one GPU (kept in FP8)", P8_stage, false});
@@ -323,7 +334,9 @@ sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& 
   k["E"] = first ? 1.0 : 0.0;
   k["H"] = last ? 1.0 : 0.0;
   k["D"] = static_cast<double>(plan::dense_blocks(m, index));
-  k["T"] = last && p.pp > 1 && m.tie_word_embeddings ? 1.0 : 0.0;
+  // The last stage's copy of the word embedding (the tied LM head's, or multi-token prediction's).
+  const bool copy = !(lm.embedding_copy_params.is_constant() && lm.embedding_copy_params.constant_value() == 0);
+  k["T"] = last && p.pp > 1 && copy ? 1.0 : 0.0;
   k["Q"] = p.pp > 1 ? 1.0 : 0.0;
   k["C_ctx"] = c.gpu.cuda_context_bytes;
   k["C_blas"] = c.gpu.blas_workspace_bytes;

@@ -34,6 +34,11 @@ Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec
                                 ? "all-gathers float8 weights only with torchao's tensorwise recipe "
                                   "(enable_fsdp_float8_all_gather), which torchtitan b5bcd76c does not have"
                                 : "has no FP8 training"));
+  if (training.mtp_layers > 0 && engine != spec::Engine::kMegatron)
+    return fail("training.mtp_layers",
+                fmt::format("mist models multi-token prediction as Megatron-Core runs it (--mtp-num-layers); {} has "
+                            "no multi-token prediction: use --engine megatron or leave it 0",
+                            spec::display_name(engine)));
   // Megatron-Core's MoE layer (graph/lower_moe.cpp) and its --qk-layernorm attention are the ones
   // lowered; torchtitan's and DeepSpeed's dispatch, keep and shard differently.
   if (std::string why = spec::megatron_core_only(model); !why.empty() && engine != spec::Engine::kMegatron)

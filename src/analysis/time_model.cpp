@@ -187,7 +187,7 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   r.emb_ = layer_times(lm.embedding, mem.embedding, at, c, t.precision, r.place_, selective, r.k_, table,
                        r.sources_);
   r.head_ = layer_times(lm.head, mem.head, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
-  r.tied_params_ = sym::evaluate_or_zero(lm.tied_head_params, at);
+  r.tied_params_ = sym::evaluate_or_zero(lm.embedding_copy_params, at);
   r.fp8_params_ = lm.options.fp8_params;
   // Activations crossing a stage boundary, per GPU: sharded t ways (sequence parallelism, or
   // Megatron's scatter/gather of the boundary tensor across the TP ranks), and cp ways along the
@@ -303,10 +303,17 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double nd = static_cast<double>(first ? dense_blocks_ : 0), ckd = std::min(ck, nd);
   const BlockPasses db = nd > 0 ? passes(dns_) : BlockPasses{};
   const double blk_dense = blk.params - blk.expert_params, blk_exp = blk.expert_params;
+  // The head's expert weights (its multi-token prediction blocks'), on the last stage.
+  const double head_exp = last ? head.expert_params : 0, head_dense = last ? head.params - head.expert_params : 0;
 
-  auto edge_fwd = [&](const LayerTimes& x) { return std::max(x.fwd + x.fwd_tp, host * x.kernels_fwd); };
+  // The embedding and the head run unoverlapped; the head's multi-token prediction blocks have
+  // their dispatchers' exposed all-to-alls and, under selective recompute, their attention cores
+  // recomputed in backward.
+  auto edge_fwd = [&](const LayerTimes& x) { return std::max(x.fwd + x.fwd_tp + x.fwd_exposed, host * x.kernels_fwd); };
   auto edge_bwd = [&](const LayerTimes& x) {
-    return std::max(x.bwd + (p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp), host * x.kernels_bwd);
+    return std::max(x.bwd + (selective ? x.core_fwd : 0) + (p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp) +
+                        x.bwd_exposed,
+                    host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0)));
   };
   const double fwd = (l - nd) * mb.fwd + nd * db.fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
   const double bwd = (l - nd - (ck - ckd)) * mb.bwd + (ck - ckd) * mb.bwd_recomputed + (nd - ckd) * db.bwd +
@@ -317,8 +324,8 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   // kept (ZeRO-2/3 reduce-scatter every micro-batch and accumulate their shard).
   const double dns_params = nd * dns_.params;
   const double accum_params =
-      ((l - nd) * blk_dense + dns_params + (first ? emb.params : 0) + (last ? head.params : 0)) / shard.gradients +
-      (l - nd) * blk_exp / shard_x.gradients;
+      ((l - nd) * blk_dense + dns_params + (first ? emb.params : 0) + head_dense) / shard.gradients +
+      ((l - nd) * blk_exp + head_exp) / shard_x.gradients;
   const double accum =
       p.grad_accumulation_fusion ? 0 : hardware::streaming_time(c.gpu, accum_params * 3 * gb, k.perf);
   const double n_boundaries = (first ? 0.0 : 1.0) + (last ? 0.0 : 1.0);
@@ -327,7 +334,9 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   s.bwd = bwd + accum;
   s.p2p = p2p_s;
   s.recompute = (ck - ckd) * mb.recompute + ckd * db.recompute +
-                (selective ? (l - nd - (ck - ckd)) * blk.core_fwd + (nd - ckd) * dns_.core_fwd : 0);
+                (selective ? (l - nd - (ck - ckd)) * blk.core_fwd + (nd - ckd) * dns_.core_fwd +
+                                 (last ? head.core_fwd : 0)
+                           : 0);
   auto tp_of = [](const LayerTimes& x) { return x.fwd_tp + x.bwd_tp + x.fwd_exposed + x.bwd_exposed; };
   s.tp = (l - nd) * tp_of(blk) + nd * tp_of(dns_) + (ck - ckd) * (blk.fwd_tp + blk.fwd_exposed) +
          ckd * (dns_.fwd_tp + dns_.fwd_exposed);
@@ -336,7 +345,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   // (ZeRO-1+; ZeRO-3 gathers per layer instead), the optimizer step, the tied-embedding sync.
   const double stage_params = (l - nd) * blk.params + dns_params + (first ? emb.params : 0) +
                               (last ? head.params : 0) + (last && p.pp > 1 ? tied_params_ : 0);
-  const double stage_exp = (l - nd) * blk_exp, stage_dense = stage_params - stage_exp;
+  const double stage_exp = (l - nd) * blk_exp + head_exp, stage_dense = stage_params - stage_exp;
   double grad_sync = 0, param_gather = 0;
   // With overlap, the bucket reduced last is launched when the backward has ended, and the one
   // gathered first must arrive before the forward starts: they run exposed, the other buckets
@@ -366,8 +375,10 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     // FP8 parameters are gathered in FP8: the blocks' FP8 linears take wb - 1 bytes less each.
     const double saved = fp8_params_ ? wb - 1 : 0;
     const double f8_dense = saved * ((l - nd) * (blk.fp8_params - blk.fp8_expert_params) +
-                                     nd * (dns_.fp8_params - dns_.fp8_expert_params));
-    const double f8_exp = saved * ((l - nd) * blk.fp8_expert_params + nd * dns_.fp8_expert_params);
+                                     nd * (dns_.fp8_params - dns_.fp8_expert_params) +
+                                     (last ? head.fp8_params - head.fp8_expert_params : 0));
+    const double f8_exp = saved * ((l - nd) * blk.fp8_expert_params + nd * dns_.fp8_expert_params +
+                                   (last ? head.fp8_expert_params : 0));
     param_gather = dp_collective(Collective::kAllGather, stage_dense * wb - f8_dense, stage_exp * wb - f8_exp);
     if (p.overlap_param_gather) {
       const double under = fwd / v;  // the first chunk's forward
@@ -414,7 +425,10 @@ StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
       {"gradient_sync", "data-parallel gradient all-reduce / reduce-scatter not hidden by backward", p.grad_sync},
       {"parameter_gather", "ZeRO-1/2 all-gather of updated parameters not hidden by forward", p.param_gather},
       {"optimizer_step", "optimizer update on the GPU (and on the CPU for offloaded states)", p.step},
-      {"tied_embedding_sync", "all-reduce of the tied embedding gradient between first and last stage", p.tied_sync},
+      {"tied_embedding_sync",
+       "all-reduce of the word embedding's gradient between first and last stage (a tied LM head, or multi-token "
+       "prediction's lookup)",
+       p.tied_sync},
   };
   return s;
 }

@@ -425,6 +425,10 @@ std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::Tr
                            ? "torchtitan b5bcd76c's float8 recipes are rowwise, and torchao all-gathers float8 "
                              "weights (enable_fsdp_float8_all_gather) with tensorwise scaling only"
                            : "Megatron-DeepSpeed has no FP8 parameters"});
+  if (t && t->mtp_layers > 0 && e != Engine::kMegatron)
+    reasons.push_back({"training.mtp_layers", e == Engine::kTorchtitan
+                                                  ? "torchtitan b5bcd76c trains no multi-token prediction modules"
+                                                  : "Megatron-DeepSpeed has no multi-token prediction"});
   if (t && t->fp8_training()) {
     using spec::Fp8Recipe;
     if (e == Engine::kDeepSpeed)

@@ -39,6 +39,7 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (moe_capacity_factor) base.moe_capacity_factor = *moe_capacity_factor;
   if (moe_pad_to_capacity) base.moe_pad_to_capacity = *moe_pad_to_capacity;
   if (moe_dispatcher) base.moe_dispatcher = *moe_dispatcher;
+  if (mtp_layers) base.mtp_layers = *mtp_layers;
   if (!base.fp8_training()) base.fp8_param_gather = false;  // FP8 weights only in FP8 training
   return base;
 }

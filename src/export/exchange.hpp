@@ -71,6 +71,7 @@ struct TrainingOverrides {
   std::optional<double> moe_capacity_factor;  // 0: dropless
   std::optional<bool> moe_pad_to_capacity;
   std::optional<spec::MoeDispatcher> moe_dispatcher;  // Megatron-LM's --moe-token-dispatcher-type
+  std::optional<int64_t> mtp_layers;  // Megatron-LM's --mtp-num-layers (absent: 0)
   // `base` with the stated settings replacing its own.
   spec::TrainingSpec applied_to(spec::TrainingSpec base) const;
 };

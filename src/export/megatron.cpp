@@ -23,7 +23,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 78> kFlags{{
+constexpr std::array<FlagSpec, 79> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -106,6 +106,7 @@ constexpr std::array<FlagSpec, 78> kFlags{{
     {"--qk-head-dim", true},
     {"--qk-pos-emb-head-dim", true},
     {"--v-head-dim", true},
+    {"--mtp-num-layers", true},  // TransformerConfig.mtp_num_layers (transformer_config.py:68)
 }};
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
@@ -404,7 +405,7 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     add(o, "--expert-model-parallel-size", p.ep);
     add(o, "--expert-tensor-parallel-size", p.etp);
   }
-  const MegatronSplit split = megatron_split(detail::stage_layers(p), v);
+  const MegatronSplit split = megatron_split(detail::stage_layers(p), v, t.mtp_layers);
   if (split.layout) {
     add(o, "--pipeline-model-parallel-layout", *split.layout);  // carries the virtual stages too
   } else {
@@ -454,6 +455,7 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     add(o, "--fp8-recipe", std::string(spec::to_string(t.fp8)));
     if (t.fp8_param_gather) add(o, "--fp8-param-gather");
   }
+  if (t.mtp_layers > 0) add(o, "--mtp-num-layers", t.mtp_layers);  // --mtp-loss-scaling-factor: 0.1, cost-free
   add_model_options(o, m, t);
   return o;
 }
@@ -551,6 +553,12 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   out.training.global_batch_size = global;
   MIST_TRY(out.training.seq_length, f.integer("--seq-length", 1, int64_t{1} << 30));
 
+  // Multi-token prediction (arguments.py's checks at d98e8a64: rotary or no position embeddings).
+  MIST_TRY(auto mtp, f.integer("--mtp-num-layers", 0, 64));
+  out.training.mtp_layers = mtp.value_or(0);
+  if (mtp.value_or(0) > 0 && m.positions == spec::Positions::kLearned)
+    return fail("--mtp-num-layers", "needs rotary or no position embeddings (Megatron-LM asserts it)");
+
   // Pipeline split and virtual stages.
   MIST_TRY(auto first, f.integer("--decoder-first-pipeline-num-layers", 1, kMaxCount));
   MIST_TRY(auto last, f.integer("--decoder-last-pipeline-num-layers", 1, kMaxCount));
@@ -565,7 +573,7 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   if (layout) {
     if (first || last)
       return fail("--pipeline-model-parallel-layout", "cannot be set with the first/last stage layer counts");
-    MIST_TRY(auto ll, megatron_layers_from_layout(*layout, p.pp, layers));
+    MIST_TRY(auto ll, megatron_layers_from_layout(*layout, p.pp, layers, mtp.value_or(0)));
     split = ll.layers;
     p.virtual_pipeline_stages = ll.virtual_stages;
   } else {

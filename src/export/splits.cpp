@@ -69,7 +69,7 @@ Result<std::string> expand_layout(std::string_view in) {
 
 }  // namespace
 
-MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v) {
+MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v, int64_t mtp) {
   MegatronSplit s;
   const size_t pp = layers.size();
   if (pp <= 1 || all_equal(layers, 0, pp)) return s;
@@ -89,7 +89,7 @@ MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v) {
       if (!layout.empty()) layout += '|';
       if (a == 0 && b == 0) layout += 'E';
       layout += fmt::format("t*{}", layers[b] / v);
-      if (a == v - 1 && b == pp - 1) layout += 'L';
+      if (a == v - 1 && b == pp - 1) layout += std::string(static_cast<size_t>(mtp), 'm') + 'L';
     }
   s.layout = layout;
   return s;
@@ -122,7 +122,8 @@ Result<std::vector<int64_t>> megatron_layers_from_first_last(int64_t num_layers,
   return layers;
 }
 
-Result<LayoutLayers> megatron_layers_from_layout(std::string_view layout, int64_t pp, int64_t num_layers) {
+Result<LayoutLayers> megatron_layers_from_layout(std::string_view layout, int64_t pp, int64_t num_layers,
+                                                 int64_t mtp) {
   MIST_TRY(std::string flat, expand_layout(layout));
   std::vector<std::string> entries(1);
   for (char c : flat) {
@@ -130,8 +131,7 @@ Result<LayoutLayers> megatron_layers_from_layout(std::string_view layout, int64_
       entries.emplace_back();
       continue;
     }
-    if (c == 'm') return fail(kLayoutFlag, "multi-token-prediction layers ('m') are not part of mist's plans");
-    if (c != 'E' && c != 'L' && c != 't')
+    if (c != 'E' && c != 'L' && c != 't' && c != 'm')
       return fail(kLayoutFlag, fmt::format("invalid layer character '{}' (known: E, t, L, m)", c));
     entries.back() += c;
   }
@@ -144,6 +144,18 @@ Result<LayoutLayers> megatron_layers_from_layout(std::string_view layout, int64_
     return fail(kLayoutFlag, "must start with the embedding 'E' and hold it once");
   if (all.back() != 'L' || std::count(all.begin(), all.end(), 'L') != 1)
     return fail(kLayoutFlag, "must end with the loss 'L' and hold it once");
+  // Megatron's validate_layer_layout: as many 'm' as --mtp-num-layers, after every decoder layer;
+  // mist runs them where Megatron does by default, with the loss (a rank of their own is refused).
+  const int64_t ms = std::count(all.begin(), all.end(), 'm');
+  if (ms != mtp)
+    return fail(kLayoutFlag, fmt::format("holds {} multi-token-prediction layers ('m') but --mtp-num-layers is {}",
+                                         ms, mtp));
+  if (ms > 0 && entries.back().find('m') == std::string::npos)
+    return fail(kLayoutFlag, "mist places the multi-token-prediction layers ('m') with the loss 'L', on the last "
+                             "stage's last chunk; a stage of their own is not modelled");
+  if (ms > 0 && entries.back().find_last_of('t') != std::string::npos &&
+      entries.back().find_last_of('t') > entries.back().find('m'))
+    return fail(kLayoutFlag, "a decoder layer 't' follows a multi-token-prediction layer 'm'");
   const int64_t blocks = std::count(all.begin(), all.end(), 't');
   if (blocks != num_layers)
     return fail(kLayoutFlag, fmt::format("holds {} decoder layers but the model has {}", blocks, num_layers));

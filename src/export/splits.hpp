@@ -20,8 +20,9 @@ struct MegatronSplit {
   std::optional<std::string> layout;
 };
 
-// The flags for `layers` (blocks per pipeline stage) with `v` equal chunks per stage.
-MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v);
+// The flags for `layers` (blocks per pipeline stage) with `v` equal chunks per stage; a layout puts
+// the `mtp` multi-token prediction layers ('m') with the loss, on the last stage's last chunk.
+MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v, int64_t mtp = 0);
 
 // Blocks per stage from first/last counts (transformer_block.py: the middle stages share the rest
 // evenly). The error names the flag at fault.
@@ -31,12 +32,14 @@ Result<std::vector<int64_t>> megatron_layers_from_first_last(int64_t num_layers,
 
 // Blocks per stage and the virtual stage count from a layout string such as "Et*3|(tt|)*29,m|L"
 // (pipeline_parallel_layer_layout.py: '|' splits stages, x*n and (..)*n repeat, commas are
-// cosmetic; entry a·pp + b is chunk a of stage b). mist needs equal chunks within a stage.
+// cosmetic; entry a·pp + b is chunk a of stage b). mist needs equal chunks within a stage, and
+// `mtp` multi-token prediction layers ('m', as many as --mtp-num-layers) beside the loss.
 struct LayoutLayers {
   std::vector<int64_t> layers;  // per pipeline stage
   int64_t virtual_stages = 1;
 };
-Result<LayoutLayers> megatron_layers_from_layout(std::string_view layout, int64_t pp, int64_t num_layers);
+Result<LayoutLayers> megatron_layers_from_layout(std::string_view layout, int64_t pp, int64_t num_layers,
+                                                 int64_t mtp = 0);
 
 // ---- DeepSpeed (Megatron-DeepSpeed GPTModelPipe) --------------------------------------------
 // Blocks per stage of DeepSpeed's 'type:transformer' partition (runtime/utils.py

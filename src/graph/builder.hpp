@@ -41,6 +41,14 @@ class LayerBuilder {
   const Expr& bytes(int id) const { return layer_.tensors[id].bytes; }
   void make_external(int id) { layer_.tensors[id].external = true; }  // Tensor::external
   Op& last_op() { return layer_.ops.back(); }
+  size_t op_count() const { return layer_.ops.size(); }
+  size_t tensor_count() const { return layer_.tensors.size(); }
+  // Prefixes the names of the ops and tensors made since (a block inside the head: "mtp1.ln1").
+  void prefix_since(size_t first_op, size_t first_tensor, const std::string& prefix) {
+    for (size_t i = first_op; i < layer_.ops.size(); ++i) layer_.ops[i].name = prefix + layer_.ops[i].name;
+    for (size_t i = first_tensor; i < layer_.tensors.size(); ++i)
+      layer_.tensors[i].name = prefix + layer_.tensors[i].name;
+  }
   Layer done(int input, int output) {
     layer_.input = input;
     layer_.output = output;

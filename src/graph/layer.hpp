@@ -230,6 +230,11 @@ struct LoweringOptions {
   bool fp8_keeps_fp8_inputs = false;
   bool fp8_params = false;
   int fp8_cast_bytes = 4;
+  // Multi-token prediction (Megatron-Core's MultiTokenPredictionBlock, TrainingSpec::mtp_layers):
+  // the head also runs this many MTP depths, each an embedding lookup of the tokens shifted by one
+  // more, two norms, a 2h -> h projection, one block of the model's last kind, a final norm and the
+  // shared LM head's loss.
+  int mtp_layers = 0;
 };
 
 struct LoweredModel {
@@ -239,11 +244,13 @@ struct LoweredModel {
   // dense MLP (dense_block; empty when dense_blocks is 0). Plans hold them all on the first stage.
   Layer dense_block;
   long dense_blocks = 0;
-  Layer head;        // last stage: final norm, LM head, loss
+  Layer head;        // last stage: final norm, LM head, loss (and the multi-token prediction depths)
   long num_blocks = 0;
-  // The LM head weight when it is tied to the embedding: held once with pp = 1, and as a
-  // second copy on the last stage with pp > 1 (Megatron keeps both and all-reduces their grads).
-  Expr tied_head_params;
+  // The word embedding the last stage needs besides the first stage's: the LM head's weight when it
+  // is tied to the embedding, or the table multi-token prediction looks the shifted tokens up in.
+  // Held once with pp = 1, and as a second copy on the last stage with pp > 1 (Megatron keeps both
+  // and all-reduces their gradients over its embedding group).
+  Expr embedding_copy_params;
   LoweringOptions options;
   sym::Bindings dims;  // values of s, h, a, g, f, V for this model and sequence length
 };

@@ -5,6 +5,8 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "graph/builder.hpp"
 
 namespace mist::graph {
@@ -478,10 +480,9 @@ int mlp(LayerBuilder& B, int x, const ModelSpec& m, const std::string& prefix, E
   return row_linear(B, prefix + ".fc2", y, width / s.t, m.linear_bias);
 }
 
-Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work, bool dense_mlp = false) {
-  LayerBuilder B(dense_mlp ? "dense_block" : "block", LayerKind::kBlock, o);
-  Expr region_elems = sb(o) * S().h / region(o);
-  int x = B.tensor("block.input", region_elems * w(o));
+// One transformer block's ops on input x (Megatron's TransformerLayer); returns its output.
+int block_ops(LayerBuilder& B, int x, const ModelSpec& m, double work, bool dense_mlp) {
+  Expr region_elems = sb(B.o_) * S().h / region(B.o_);
   if (m.parallel_block) {
     // Falcon: attention and MLP read the same normed input (or one norm each), one residual.
     int xa = norm(B, "ln_attn", x, m.norm, m);
@@ -490,8 +491,7 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work, boo
     int ym = mlp(B, xm, m, "mlp", S().f);
     int y = residual_add(B, "attn_mlp_sum", ya, ym);
     y = dropout(B, "dropout", y, region_elems);
-    int out = residual_add(B, "residual", x, y);
-    return B.done(x, out);
+    return residual_add(B, "residual", x, y);
   }
   int x1 = norm(B, "ln1", x, m.norm, m);
   int ya = m.is_mla() ? mla_attention(B, x1, m, work) : attention(B, x1, m, work);
@@ -500,7 +500,13 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work, boo
   int x2 = norm(B, "ln2", r1, m.norm, m);
   int ym = m.is_moe() && !dense_mlp ? moe_mlp(B, x2, m) : mlp(B, x2, m, "mlp", S().f);
   ym = dropout(B, "mlp.dropout_out", ym, region_elems);
-  int out = residual_add(B, "residual2", r1, ym);
+  return residual_add(B, "residual2", r1, ym);
+}
+
+Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work, bool dense_mlp = false) {
+  LayerBuilder B(dense_mlp ? "dense_block" : "block", LayerKind::kBlock, o);
+  int x = B.tensor("block.input", sb(o) * S().h / region(o) * w(o));
+  int out = block_ops(B, x, m, work, dense_mlp);
   return B.done(x, out);
 }
 
@@ -537,39 +543,40 @@ Layer lower_embedding(const ModelSpec& m, const LoweringOptions& o) {
   return B.done(tokens, out);
 }
 
-Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
+// The LM head and its loss on hidden state x (normed): the logits, their fp32 copy and the
+// vocab-parallel cross entropy. `name` prefixes the ops ("" for the next-token loss, "mtp1." ...);
+// only the first owns the LM head's weight. Returns the loss.
+int lm_loss(LayerBuilder& B, const std::string& name, int xn, const ModelSpec& m, bool owns_weight) {
   const auto& s = S();
-  LayerBuilder B("head", LayerKind::kHead, o);
-  int x = B.tensor("head.input", sb(o) * s.h / region(o) * w(o));
-  int xn = norm(B, "final_norm", x, m.norm, m);
+  const auto& o = B.o_;
   // Column-parallel over the vocabulary. A tied weight is counted in
-  // LoweredModel::tied_head_params instead of here.
-  int logits = column_linear(B, "lm_head", xn, s.h, s.V / s.t, Expr(0.0), !m.tie_word_embeddings);
+  // LoweredModel::embedding_copy_params instead of here.
+  int logits = column_linear(B, name + "lm_head", xn, s.h, s.V / s.t, Expr(0.0), owns_weight && !m.tie_word_embeddings);
   Expr n_logits = sb(o) * s.V / s.t;
   int loss_in = logits;
   if (o.act_bytes != 4) {
     // Megatron computes the loss in fp32 (fp16_lm_cross_entropy off by default).
-    loss_in = B.tensor("loss.logits_fp32", n_logits * 4);
-    Op& c = B.op("loss.to_fp32", OpKind::kCast, {logits}, {loss_in}, {});
+    loss_in = B.tensor(name + "loss.logits_fp32", n_logits * 4);
+    Op& c = B.op(name + "loss.to_fp32", OpKind::kCast, {logits}, {loss_in}, {});
     c.fwd_flops = Expr(0.0);
     c.bwd_flops = Expr(0.0);
     c.bytes_read = n_logits * w(o);
     c.bytes_written = n_logits * 4;
   }
-  int loss = B.tensor("loss.value", sb(o) * 4);
-  int targets = B.tensor("loss.targets", sb(o) * 9, false);
+  int loss = B.tensor(name + "loss.value", sb(o) * 4);
+  int targets = B.tensor(name + "loss.targets", sb(o) * 9, false);
   Op* ce_ptr = nullptr;
   if (o.fused_cross_entropy) {
     // Vocab-parallel cross entropy: exponentiates the fp32 logits in place and keeps them; its
     // backward turns them into the gradient in place. Also keeps the target mask and ids.
-    ce_ptr = &B.op("loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets}, {loss_in, targets});
+    ce_ptr = &B.op(name + "loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets}, {loss_in, targets});
     ce_ptr->backward_in_place = true;
   } else {
     // F.cross_entropy: log-softmax (kept for backward) then NLL. Its backward allocates the
     // gradient of the log-softmax (NLL's backward), then the gradient of the logits beside it.
-    int lsm = B.tensor("loss.log_softmax", n_logits * 4);
-    int lsm_grad = B.tensor("loss.log_softmax_grad", n_logits * 4, false);
-    ce_ptr = &B.op("loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets, lsm}, {lsm, targets});
+    int lsm = B.tensor(name + "loss.log_softmax", n_logits * 4);
+    int lsm_grad = B.tensor(name + "loss.log_softmax_grad", n_logits * 4, false);
+    ce_ptr = &B.op(name + "loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets, lsm}, {lsm, targets});
     ce_ptr->bwd_temporaries.push_back(lsm_grad);
   }
   Op& ce = *ce_ptr;
@@ -578,6 +585,92 @@ Layer lower_head(const ModelSpec& m, const LoweringOptions& o) {
   ce.bytes_read = 2 * n_logits * 4;
   ce.bytes_written = n_logits * 4;
   ce.fwd_comm = {CommKind::kAllReduce, sb(o) * 4 * 3};  // max, sum-exp and target logit
+  return loss;
+}
+
+// One multi-token-prediction depth (Megatron-Core's MultiTokenPredictionLayer) on the hidden state
+// `hidden` (the main model's normed output, or the previous depth's): the token ids rolled one
+// more place, looked up in the word embedding (its copy on this stage: embedding_copy_params),
+// enorm of the embedding and hnorm of the hidden state concatenated to 2h, the column-parallel
+// eh_proj to h (its output gathered over the TP group, then split back to the rank's sequence
+// shard under sequence parallelism), one block of the model's last kind and the depth's final
+// norm. Returns the depth's normed output.
+int mtp_depth(LayerBuilder& B, const std::string& name, int hidden, const ModelSpec& m, double work) {
+  const auto& s = S();
+  const auto& o = B.o_;
+  const Expr full = sb(o) * s.h * w(o), local = full / region(o);
+  int tokens = B.tensor(name + "tokens", sb(o) * 8, false);
+  Op& roll = B.op(name + "roll", OpKind::kCopy, {}, {tokens}, {});  // torch.roll of the ids, int64
+  roll.fwd_flops = roll.bwd_flops = Expr(0.0);
+  roll.bytes_read = roll.bytes_written = sb(o) * 8;
+  int e = B.tensor(name + "embedding.out", local);
+  Op& lookup = B.op(name + "embedding", OpKind::kEmbedding, {tokens}, {e}, {tokens});
+  lookup.fwd_flops = Expr(0.0);
+  lookup.bwd_flops = sb(o) * s.h;
+  lookup.bytes_read = lookup.bytes_written = full;
+  if (o.sequence_parallel) {
+    lookup.temporaries.push_back(B.tensor(name + "embedding.partial_sum", full, false));
+    lookup.fwd_comm = {CommKind::kReduceScatter, full};
+  } else {
+    lookup.fwd_comm = {CommKind::kAllReduce, full};
+  }
+  int en = norm(B, name + "enorm", e, m.norm, m);
+  int hn = norm(B, name + "hnorm", hidden, m.norm, m);
+  int cat = B.tensor(name + "concat.out", 2 * local);
+  Op& c = B.op(name + "concat", OpKind::kCopy, {en, hn}, {cat}, {});
+  c.fwd_flops = c.bwd_flops = Expr(0.0);
+  c.bytes_read = 2 * local;
+  c.bytes_written = 2 * local;
+  int proj = column_linear(B, name + "eh_proj", cat, 2 * s.h, s.h / s.t, Expr(0.0));
+  // gather_from_tensor_model_parallel_region (backward: a split), then under sequence parallelism
+  // scatter_to_sequence_parallel_region (a copy of the rank's shard; backward: an all-gather).
+  int x = B.tensor(name + "eh_proj.gathered", o.sequence_parallel ? local : full);
+  Op& g = B.op(name + "eh_proj.gather", OpKind::kCopy, {proj}, {x}, {});
+  g.fwd_flops = g.bwd_flops = Expr(0.0);
+  g.bytes_read = full;
+  g.bytes_written = local;
+  g.fwd_comm = {CommKind::kAllGather, full};
+  if (o.sequence_parallel) {
+    g.temporaries.push_back(B.tensor(name + "eh_proj.gathered_full", full, false));
+    g.bwd_comm = {CommKind::kAllGather, full};
+  }
+  const size_t ops = B.op_count(), tensors = B.tensor_count();
+  int y = block_ops(B, x, m, work, false);
+  B.prefix_since(ops, tensors, name);
+  return norm(B, name + "final_norm", y, m.norm, m);
+}
+
+// The last stage's layer: the final norm, the multi-token prediction depths (blocks in FP8 when the
+// model's are: `o` is the blocks' options), then every depth's loss and the next-token loss, in the
+// order Megatron-Core runs them (process_mtp_loss before the main output layer), summed.
+Layer lower_head(const ModelSpec& m, const LoweringOptions& o, double work) {
+  LoweringOptions ho = o;  // the builder reads ho: FP8 for the depths' blocks only
+  ho.fp8 = false;
+  LayerBuilder B("head", LayerKind::kHead, ho);
+  int x = B.tensor("head.input", sb(ho) * S().h / region(ho) * w(ho));
+  int xn = norm(B, "final_norm", x, m.norm, m);
+  std::vector<int> depths;
+  int hidden = xn;
+  for (int k = 1; k <= o.mtp_layers; ++k) {
+    ho.fp8 = o.fp8;
+    hidden = mtp_depth(B, fmt::format("mtp{}.", k), hidden, m, work);
+    ho.fp8 = false;  // the LM head stays bf16
+    depths.push_back(hidden);
+  }
+  std::vector<int> losses;
+  for (size_t k = 0; k < depths.size(); ++k)
+    losses.push_back(lm_loss(B, fmt::format("mtp{}.", k + 1), depths[k], m, false));
+  int loss = lm_loss(B, "", xn, m, true);
+  for (size_t k = 0; k < losses.size(); ++k) {
+    // Scaled by mtp_loss_scaling_factor / D and added (MTPLossAutoScaler): one value a token.
+    int sum = B.tensor(fmt::format("mtp{}.loss_sum", k + 1), sb(ho) * 4);
+    Op& add = B.op(fmt::format("mtp{}.loss_add", k + 1), OpKind::kAdd, {loss, losses[k]}, {sum}, {});
+    add.fwd_flops = 2 * sb(ho);
+    add.bwd_flops = Expr(0.0);
+    add.bytes_read = 2 * sb(ho) * 4;
+    add.bytes_written = sb(ho) * 4;
+    loss = sum;
+  }
   return B.done(x, loss);
 }
 
@@ -605,6 +698,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.moe_load = training.moe_load_factor();
   o.moe_load_padded = training.moe_pad_to_capacity;
   o.moe_allgather = training.moe_dispatcher == spec::MoeDispatcher::kAllGather;
+  o.mtp_layers = static_cast<int>(training.mtp_layers);
   // Current scaling (tensorwise, rowwise) computes each operand's amax in a pass before the cast.
   o.fp8_cast_bytes =
       training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;
@@ -672,16 +766,16 @@ LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringO
     lm.dense_blocks = m.first_dense_layers;
     mark_selective_recompute(lm.dense_block, opts.selective);
   }
-  LoweringOptions head_opts = opts;
-  head_opts.fp8 = false;  // the LM head stays bf16 (Megatron's output layer is not a TE linear; torchtitan's
-                          // float8 converter skips "output")
-  lm.head = lower_head(m, head_opts);
+  // The LM head stays bf16 (Megatron's output layer is not a TE linear; torchtitan's float8
+  // converter skips "output"); lower_head keeps FP8 for its multi-token prediction blocks only.
+  // The head stays eager under torch.compile (multi-token prediction is Megatron-LM's alone).
+  lm.head = lower_head(m, opts, attention_work(m, seq_length));
   // The engines checkpoint blocks only: the embedding and the head keep what they save.
   mark_selective_recompute(lm.embedding, SelectivePolicy::kAttentionCore);
   mark_selective_recompute(lm.block, opts.selective);
   mark_selective_recompute(lm.head, SelectivePolicy::kAttentionCore);
   lm.num_blocks = m.num_layers;
-  lm.tied_head_params = m.tie_word_embeddings ? S().V * S().h / S().t : Expr(0.0);
+  lm.embedding_copy_params = m.tie_word_embeddings || opts.mtp_layers > 0 ? S().V * S().h / S().t : Expr(0.0);
   lm.dims = {{"s", static_cast<double>(seq_length)},
              {"h", static_cast<double>(m.hidden_size)},
              {"a", static_cast<double>(m.num_heads)},

@@ -192,6 +192,10 @@ Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec
                 : t.moe_dispatcher != spec::MoeDispatcher::kAllToAll ? "training.moe_token_dispatcher"
                                                                      : "training.moe_load_imbalance",
                 fmt::format("describes how a mixture of experts routes its tokens; {} has no experts", m.name));
+  if (t.mtp_layers > 0 && m.positions == spec::Positions::kLearned)
+    return fail("training.mtp_layers",
+                fmt::format("multi-token prediction runs with rotary or no position embeddings (Megatron-LM's "
+                            "validate_args); {} learns absolute positions", m.name));
   const auto& g = c.gpu;
   if (t.precision == spec::Dtype::kBf16 && g.bf16_flops <= 0)
     return fail("training.precision",

@@ -16,6 +16,8 @@ constexpr int64_t kMaxSeqLength = 10'000'000;
 // The busiest expert rank's load, and an expert's capacity, over the balanced share: beyond 64
 // no routing of the models mist knows is plausible (a rank of ep 64 taking every token).
 constexpr double kMaxMoeFactor = 64.0;
+// Multi-token prediction depths: DeepSeek-V3 trains one; Megatron-LM sets no bound.
+constexpr int64_t kMaxMtpLayers = 64;
 
 Dtype parse_dtype(const std::string& s) {
   if (s == "fp32") return Dtype::kFp32;
@@ -38,7 +40,7 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "fp8_recipe", "optimizer",
                                     "flash_attention", "dropout", "grad_dtype", "compile",
                                     "fp8_param_gather", "moe_load_imbalance", "moe_capacity_factor",
-                                    "moe_pad_to_capacity", "moe_token_dispatcher"}));
+                                    "moe_pad_to_capacity", "moe_token_dispatcher", "mtp_layers"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
   MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
@@ -62,6 +64,7 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
     return fail(f.field_path("moe_pad_to_capacity"), "pads each expert to its capacity: it needs \"moe_capacity_factor\"");
   MIST_TRY(std::string dispatcher, f.choice_or("moe_token_dispatcher", "alltoall", {"alltoall", "allgather"}));
   t.moe_dispatcher = dispatcher == "allgather" ? MoeDispatcher::kAllGather : MoeDispatcher::kAllToAll;
+  MIST_TRY(t.mtp_layers, f.integer_or("mtp_layers", 0, 0, kMaxMtpLayers));
   MIST_TRY(std::string grad, f.choice_or("grad_dtype", "fp32", {"fp32", "fp16", "bf16"}));
   MIST_TRY(std::string optimizer, f.choice_or("optimizer", "adamw", {"adamw", "sgd"}));
   MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
@@ -101,6 +104,7 @@ Json training_to_json(const TrainingSpec& t) {
   if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
   if (t.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
   if (t.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_token_dispatcher"] = to_string(t.moe_dispatcher);
+  if (t.mtp_layers > 0) j["mtp_layers"] = t.mtp_layers;
   return j;
 }
 

@@ -49,6 +49,11 @@ struct TrainingSpec {
   // "moe_token_dispatcher": "alltoall" (the default: what the published MoE recipes run) or
   // "allgather" (Megatron-LM's default): graph::LoweringOptions::moe_allgather.
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // Multi-token prediction depths trained beside the next-token loss (DeepSeek-V3's MTP modules;
+  // Megatron-LM's --mtp-num-layers): each a projection of the next token's embedding and the
+  // hidden state, one more block of the model's last kind and the shared LM head's loss, on the
+  // last pipeline stage (graph::LoweringOptions::mtp_layers). 0: none, Megatron-LM's default.
+  int64_t mtp_layers = 0;
 
   bool mixed_precision() const { return precision != Dtype::kFp32; }
   bool fp8_training() const { return fp8 != Fp8Recipe::kNone; }

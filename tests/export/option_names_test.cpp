@@ -50,7 +50,10 @@ const std::set<std::string> kMegatronNames{
     "--moe-layer-freq",  // arguments.py:327 moe_freq_type
     // MLA: TransformerConfig.multi_latent_attention; arguments.py:3548-3557.
     "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
-    "--v-head-dim"};
+    "--v-head-dim",
+    // Multi-token prediction: TransformerConfig.mtp_num_layers (transformer_config.py:68), a flag
+    // through argument_utils.py; validate_args (arguments.py:881) allows it with rope or no positions.
+    "--mtp-num-layers"};
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.
