@@ -272,10 +272,14 @@ double in_flight_micro_batches(const plan::Plan& p, int stage) {
   const double G = static_cast<double>(p.grad_accum_steps);
   const double pp = static_cast<double>(p.pp), i = stage;
   const double v = static_cast<double>(p.virtual_pipeline_stages);
-  if (v <= 1) return std::min(pp - i, G);
+  // The overlapped MoE all-to-alls (plan.overlap_moe_a2a) run a forward beside a backward: one more
+  // micro-batch (one more warm-up chunk when interleaved: Megatron's combined 1F1B,
+  // schedules.py) is built before the oldest is released.
+  const double extra = p.overlap_moe_a2a ? 1.0 : 0.0;
+  if (v <= 1) return std::min(pp - i + extra, G);
   // Interleaved 1F1B (Narayanan et al. SC21 §2.2; Megatron's warm-up count): rank i runs
   // (pp - i - 1)·2 + (v - 1)·pp warm-up chunks, then holds one more, each chunk 1/v of the stage.
-  const double chunks = std::min((pp - i - 1) * 2 + (v - 1) * pp + 1, G * v);
+  const double chunks = std::min((pp - i - 1) * 2 + (v - 1) * pp + 1 + extra, G * v);
   return chunks / v;
 }
 

@@ -22,6 +22,9 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
                        std::string_view only = {}) {
   LayerTimes r;
   const std::string shape = table ? profile::shape_key(L.kind, at) : std::string();
+  // Compute since the last exposed collective, and the inner share once another one closes it.
+  double since_exposed_fwd = 0, since_exposed_bwd = 0;
+  bool after_exposed = false;
   for (const auto& op : L.ops) {
     if (!op.name.starts_with(only)) continue;
     const auto resolved = profile::resolve_op(table, c.gpu, d, op, shape, at, k.perf);
@@ -72,8 +75,13 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       r.bwd_exposed += comm(op.bwd_comm);
       r.kernels_fwd += 1;
       r.kernels_bwd += 1;
+      if (after_exposed) r.inner_fwd += since_exposed_fwd, r.inner_bwd += since_exposed_bwd;
+      after_exposed = true;
+      since_exposed_fwd = since_exposed_bwd = 0;
       continue;  // no kernel of its own
     }
+    since_exposed_fwd += t.fwd;
+    since_exposed_bwd += t.bwd;
     r.fwd_tp += comm(op.fwd_comm);
     const double grad_comm = comm(op.bwd_comm), regather = comm(op.bwd_regather);
     auto launches = [](const graph::TpComm& cm) { return cm.kind == graph::CommKind::kNone ? 0.0 : 1.0; };
@@ -261,8 +269,11 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   // Per block: ZeRO-3 gathers the block's weights in forward and backward, ZeRO-2+ reduce-
   // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe. A
   // mixture of experts' expert weights are sharded and reduced over the expert data-parallel group.
+  // pair, pair_recomputed: a forward and a backward (recomputed) run together with the MoE
+  // dispatcher's all-to-alls on their own stream (plan.overlap_moe_a2a), step by step.
   struct BlockPasses {
     double fwd = 0, bwd = 0, bwd_recomputed = 0, recompute = 0;
+    double pair = 0, pair_recomputed = 0;
   };
   // Bytes of a layer's weights, dense and expert: wb each, an FP8 parameter one.
   auto weight_bytes = [&](const LayerTimes& x) {
@@ -285,16 +296,37 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     const double fwd_tp = tp_hidden ? 0 : x.fwd_tp;
     const double bwd_tp = tp_hidden ? 0 : p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp;
     const double fwd_tp_ov = tp_hidden ? x.fwd_tp : 0, bwd_tp_ov = tp_hidden ? x.bwd_tp : 0;
+    // The dispatcher's all-to-alls (the exposed collectives other than context parallelism's).
+    const double a2a_fwd = x.fwd_exposed - x.fwd_cp, a2a_bwd = x.bwd_exposed - x.bwd_cp;
+    const double fwd_gpu = overlapped(x.fwd, ag + fwd_tp_ov, fwd_host, fi) + fwd_tp + x.fwd_cp;
+    const double bwd_gpu =
+        overlapped(x.bwd + (selective ? x.core_fwd : 0), ag + rs + bwd_tp_ov, bwd_host, fi) + bwd_tp + x.bwd_cp;
+    const double recompute_gpu = x.fwd + x.fwd_tp + x.fwd_cp;
+    const double bwd_rc_gpu =
+        overlapped(x.bwd + recompute_gpu + a2a_fwd, ag + rs + bwd_tp_ov + fwd_tp_ov, bwd_host, fi) - a2a_fwd + bwd_tp +
+        x.bwd_cp;
+    const double host_fwd = host * x.kernels_fwd, host_bwd = host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0));
+    const double host_bwd_rc = host * (x.kernels_bwd + x.kernels_fwd);
     BlockPasses b;
-    b.fwd = std::max(overlapped(x.fwd, ag + fwd_tp_ov, fwd_host, fi) + fwd_tp + x.fwd_exposed,
-                     host * x.kernels_fwd);
-    b.recompute = x.fwd + x.fwd_tp + x.fwd_exposed;
-    b.bwd = std::max(overlapped(x.bwd + (selective ? x.core_fwd : 0), ag + rs + bwd_tp_ov, bwd_host, fi) + bwd_tp +
-                         x.bwd_exposed,
-                     host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0)));
-    b.bwd_recomputed = std::max(overlapped(x.bwd + b.recompute, ag + rs + bwd_tp_ov + fwd_tp_ov, bwd_host, fi) +
-                                    bwd_tp + x.bwd_exposed,
-                                host * (x.kernels_bwd + x.kernels_fwd));
+    b.fwd = std::max(fwd_gpu + a2a_fwd, host_fwd);
+    b.recompute = recompute_gpu + a2a_fwd;
+    b.bwd = std::max(bwd_gpu + a2a_bwd, host_bwd);
+    b.bwd_recomputed = std::max(bwd_rc_gpu + a2a_fwd + a2a_bwd, host_bwd_rc);
+    // Megatron's combined 1F1B runs a block's forward (micro-batch A) and backward (B) in four
+    // steps, compute on one stream beside an all-to-all on the other (combined_1f1b.py at d98e8a64):
+    // A's attention up to its dispatch (and after its combine) beside B's combine backward; B's
+    // experts' backward beside A's dispatch; A's experts beside B's dispatch backward; B's attention
+    // backward beside A's combine. A dispatch and a combine move the same rows: half the pass's
+    // all-to-all time each. Each step takes the longer of its two (slowed while both run). A
+    // recomputed block first redoes its forward, its all-to-alls exposed.
+    const double mlp_f = x.fwd > 0 ? fwd_gpu * x.inner_fwd / x.fwd : 0;
+    const double mlp_b = x.bwd > 0 ? bwd_gpu * x.inner_bwd / x.bwd : 0;
+    auto steps = [&](double attention_bwd) {
+      return overlap_time(fwd_gpu - mlp_f, a2a_bwd / 2, fi) + overlap_time(mlp_b, a2a_fwd / 2, fi) +
+             overlap_time(mlp_f, a2a_bwd / 2, fi) + overlap_time(attention_bwd, a2a_fwd / 2, fi);
+    };
+    b.pair = std::max(steps(bwd_gpu - mlp_b), host_fwd + host_bwd);
+    b.pair_recomputed = std::max(steps(bwd_rc_gpu - mlp_b) + a2a_fwd, host_fwd + host_bwd_rc);
     return b;
   };
   const BlockPasses mb = passes(blk);
@@ -316,8 +348,16 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                     host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0)));
   };
   const double fwd = (l - nd) * mb.fwd + nd * db.fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
+  // With the MoE all-to-alls overlapped (Megatron's combined 1F1B) each MoE block's forward runs
+  // beside another micro-batch's backward of it in the steady state: what the pair saves comes off
+  // the backward. The warm-up's forwards and the cool-down's backwards (as many as the stage holds
+  // in flight) run unpaired: that is paid once per iteration (a2a_unpaired).
+  const double save = p.overlap_moe_a2a ? std::max(0.0, mb.fwd + mb.bwd - mb.pair) : 0;
+  const double save_rc = p.overlap_moe_a2a ? std::max(0.0, mb.fwd + mb.bwd_recomputed - mb.pair_recomputed) : 0;
+  const double paired = (l - nd - (ck - ckd)) * save + (ck - ckd) * save_rc;
   const double bwd = (l - nd - (ck - ckd)) * mb.bwd + (ck - ckd) * mb.bwd_recomputed + (nd - ckd) * db.bwd +
-                     ckd * db.bwd_recomputed + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0);
+                     ckd * db.bwd_recomputed + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0) - paired;
+  s.a2a_unpaired = paired > 0 ? paired * in_flight_micro_batches(p, index) : 0;
   // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
   // PyTorch's AccumulateGrad): it reads both and writes one, gradient dtype, once per parameter
@@ -430,6 +470,11 @@ StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
        "prediction's lookup)",
        p.tied_sync},
   };
+  if (layout_.overlap_moe_a2a)
+    s.delta_terms.push_back({"moe_a2a_unpaired",
+                             "the MoE all-to-alls the warm-up forwards and cool-down backwards run exposed "
+                             "(overlap_moe_a2a pairs the others)",
+                             p.a2a_unpaired});
   return s;
 }
 

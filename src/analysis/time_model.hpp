@@ -94,6 +94,11 @@ struct LayerTimes {
   // Of the exposed time, what context parallelism's K/V ring adds beyond the attention kernels it
   // runs under (part of fwd_exposed and bwd_exposed).
   double fwd_cp = 0, bwd_cp = 0;
+  // Of fwd and bwd, the compute between the first and the last exposed collective: an MoE block's
+  // experts, between its dispatch and its combine (what Megatron's all-to-all overlap pairs with
+  // the other micro-batch's dispatch; the rest, attention to dispatch and after the combine, pairs
+  // with its combine).
+  double inner_fwd = 0, inner_bwd = 0;
   double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
   double params = 0;                // parameters held by one GPU
   double expert_params = 0;         // the expert weights among them (sharded over the expert grid)
@@ -110,12 +115,16 @@ struct LayerTimes {
 struct StageTimeParts {
   double fwd = 0, bwd = 0, p2p = 0;   // T_i = fwd + bwd + p2p
   double recompute = 0, tp = 0;       // parts of fwd/bwd, for the report
-  double grad_sync = 0, param_gather = 0, step = 0, tied_sync = 0;  // D_i = their sum
+  double grad_sync = 0, param_gather = 0, step = 0, tied_sync = 0;  // D_i = their sum (and a2a_unpaired)
+  // With the MoE all-to-alls overlapped (plan.overlap_moe_a2a), bwd holds a block's fwd + bwd as
+  // the 1F1B steady state runs them paired; the warm-up forwards and cool-down backwards run
+  // unpaired, their all-to-alls exposed: what that costs once per iteration.
+  double a2a_unpaired = 0;
   double stable() const { return fwd + bwd + p2p; }
   // B_i: the backward compute and the backward half of the p2p sends. After this stage's last
   // backward, the iteration still waits for the last gradient to cross the earlier stages.
   double drain() const { return bwd + p2p / 2; }
-  double delta() const { return grad_sync + param_gather + step + tied_sync; }
+  double delta() const { return grad_sync + param_gather + step + tied_sync + a2a_unpaired; }
 };
 
 class PreparedJob;

@@ -17,8 +17,8 @@ std::string plan_compact(const plan::Plan& p) {
                              o.optimizer_states, o.activations);
   }
   const std::string v = p.virtual_pipeline_stages > 1 ? fmt::format(" v {}", p.virtual_pipeline_stages) : "";
-  return fmt::format("dp {} tp {} pp {}{}{} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, v,
-                     extra_degrees_text(p), p.micro_batch_size,
+  return fmt::format("dp {} tp {} pp {}{}{}{} mb {} G {}{} zero {} ckpt {}{}", p.dp, p.tp, p.pp, v,
+                     extra_degrees_text(p), p.overlap_moe_a2a ? " ovl" : "", p.micro_batch_size,
                      p.grad_accum_steps, p.recompute == plan::Recompute::kSelective ? " sel" : "", zero, ckpt,
                      offload.empty() ? "" : " offload" + offload);
 }
@@ -26,8 +26,9 @@ std::string plan_compact(const plan::Plan& p) {
 std::string plan_legend() {
   return "legend: dp, tp, pp data-, tensor- and pipeline-parallel degrees (v interleaved model chunks per stage, "
          "cp context-parallel,\n"
-         "  with a2a or all_gather its K/V exchange when not the ring, ep/etp expert-parallel degrees); mb micro-batch "
-         "size;\n  G micro-batches per iteration; sel selective recompute;\n"
+         "  with a2a or all_gather its K/V exchange when not the ring, ep/etp expert-parallel degrees, ovl their "
+         "all-to-alls\n  overlapped with another micro-batch's compute); mb micro-batch size; G micro-batches per "
+         "iteration; sel selective recompute;\n"
          "  zero the ZeRO level of each stage; ckpt fully recomputed/layers of each stage; offload sN:w/g/o/a the "
          "fractions of\n"
          "  weights/gradients/optimizer states/activations stage N keeps in host memory; gap: slower than #1; "
@@ -73,7 +74,8 @@ std::string plan_in_words(const plan::Plan& p) {
                        : p.cp_comm == plan::CpComm::kAllGather ? " (K/V all-gathered)"
                                                                : "");
   if (p.ep > 1 || p.etp > 1)
-    out += fmt::format("; experts {}-way expert parallel × {}-way expert tensor parallel", p.ep, p.etp);
+    out += fmt::format("; experts {}-way expert parallel × {}-way expert tensor parallel{}", p.ep, p.etp,
+                       p.overlap_moe_a2a ? ", their all-to-alls overlapped with another micro-batch's compute" : "");
   out += fmt::format("; micro-batches of {} sequence{}, {} per iteration", p.micro_batch_size,
                      p.micro_batch_size > 1 ? "s" : "", p.grad_accum_steps);
   if (p.recompute == plan::Recompute::kSelective) out += "; selective recompute where a layer is not fully recomputed";

@@ -194,6 +194,20 @@ void megatron_rules(Walk& w, const spec::TrainingSpec* t) {
   set_ckpt(w, megatron_ckpt_layers(w.p, n),
            fmt::format("Megatron-LM recomputes the first N blocks of every model chunk (--recompute-method block "
                        "--recompute-num-layers N); the largest count asked for is N = {}", n));
+  // TransformerConfig.__post_init__ (d98e8a64) on --overlap-moe-expert-parallel-comm.
+  if (w.p.overlap_moe_a2a) {
+    const bool full = std::any_of(w.p.stages.begin(), w.p.stages.end(), [](const auto& s) { return s.ckpt_layers > 0; });
+    if (w.p.pp > 1 && w.p.virtual_pipeline_stages < 2)
+      set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
+               "Megatron-LM overlaps the MoE all-to-alls with pp > 1 only in the interleaved schedule (it asserts "
+               "a virtual pipeline size)");
+    else if (full)
+      set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
+               "Megatron-LM refuses the MoE all-to-all overlap with full recompute");
+    else if (t && t->mtp_layers > 1)
+      set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
+               "Megatron-LM overlaps the MoE all-to-alls with at most one multi-token prediction layer");
+  }
   const double ao = w.p.stages[0].offload.activations;
   if (std::any_of(w.p.stages.begin(), w.p.stages.end(), [](const auto& s) { return s.offload.activations > 0; })) {
     const bool recompute = w.p.recompute == Recompute::kSelective || w.p.stages[0].ckpt_layers > 0;
@@ -306,6 +320,8 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t, const spec::ModelSpec
   drop_offload(w, &Offload::activations, "activations",
                "DeepSpeed offloads only checkpointed block inputs (activation_checkpointing.cpu_checkpointing), "
                "which mist's plan does not describe");
+  set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
+           "Megatron-DeepSpeed has no overlap of the MoE all-to-alls with another micro-batch's compute");
 }
 
 void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
@@ -372,6 +388,8 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
                             "(parallelism.pipeline_parallel_first/last_stage_less_layers)");
     }
   }
+  set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
+           "torchtitan b5bcd76c runs the MoE all-to-alls in line with the compute");
   all_or_no_ckpt(w, "torchtitan's full activation checkpointing wraps every block (activation-checkpoint:full)");
   drop_selective_with_full(w, "torchtitan runs one activation-checkpoint mode, full or selective, not both");
 }
@@ -396,6 +414,7 @@ Plan canonical(const Plan& p) {
     c.overlap_param_gather = true;
   if (c.tp == 1) c.overlap_tp_comm = false;
   if (c.tp == 1) c.async_tp_backward = true;
+  if (c.ep == 1) c.overlap_moe_a2a = false;
   return c;
 }
 
@@ -468,6 +487,7 @@ std::vector<std::string> take_engine_switches(Plan& p, Engine e, const spec::Tra
   take(&Plan::grad_accumulation_fusion, p.grad_accumulation_fusion_stated.value, "grad_accumulation_fusion");
   take(&Plan::async_tp_backward, p.async_tp_backward_stated.value, "async_tp_backward");
   take(&Plan::overlap_tp_comm, p.overlap_tp_comm_stated.value, "overlap_tp_comm");
+  take(&Plan::overlap_moe_a2a, p.overlap_moe_a2a_stated.value, "overlap_moe_a2a");
   return out;
 }
 

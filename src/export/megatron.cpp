@@ -1,5 +1,6 @@
 #include "export/megatron.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -23,7 +24,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 79> kFlags{{
+constexpr std::array<FlagSpec, 81> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -107,6 +108,9 @@ constexpr std::array<FlagSpec, 79> kFlags{{
     {"--qk-pos-emb-head-dim", true},
     {"--v-head-dim", true},
     {"--mtp-num-layers", true},  // TransformerConfig.mtp_num_layers (transformer_config.py:68)
+    // ModelParallelConfig.overlap_moe_expert_parallel_comm (:343) and delay_wgrad_compute (:348).
+    {"--overlap-moe-expert-parallel-comm", false},
+    {"--delay-wgrad-compute", false},
 }};
 
 constexpr int64_t kMaxCount = int64_t{1} << 40;
@@ -373,9 +377,11 @@ void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const s
 // validate_args (arguments.py:1453-1479 at the commit): with tp > 1 or cp > 1 on GPUs before
 // Blackwell it asserts CUDA_DEVICE_MAX_CONNECTIONS=1, except under Megatron-FSDP (ZeRO-2/3), where
 // it only warns that FSDP wants more connections.
+// With --overlap-moe-expert-parallel-comm it only warns (arguments.py:1455-1478), and the MoE
+// README asks for more than one connection, which the overlap's communication stream needs.
 bool needs_single_connection(const spec::ClusterSpec& c, const plan::Plan& p) {
   const double cc = c.gpu.compute_capability;
-  return (p.tp > 1 || p.cp > 1) && cc > 0 && cc < 10 && p.stages.front().zero < 2;
+  return (p.tp > 1 || p.cp > 1) && cc > 0 && cc < 10 && p.stages.front().zero < 2 && !p.overlap_moe_a2a;
 }
 
 }  // namespace
@@ -384,6 +390,7 @@ std::span<const FlagSpec> megatron_flag_specs() { return kFlags; }
 
 std::vector<EnvVar> megatron_environment(const spec::ClusterSpec& c, const plan::Plan& p) {
   if (needs_single_connection(c, p)) return {detail::single_device_connection()};
+  if (p.overlap_moe_a2a) return {{"CUDA_DEVICE_MAX_CONNECTIONS", "32"}};
   return {};
 }
 
@@ -435,6 +442,7 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   if (p.overlap_grad_reduce) add(o, "--overlap-grad-reduce");
   if (p.overlap_param_gather && p.overlap_grad_reduce && s0.zero >= 1) add(o, "--overlap-param-gather");
   if (p.overlap_tp_comm && p.tp > 1) add(o, "--tp-comm-overlap");
+  if (p.overlap_moe_a2a) add(o, "--overlap-moe-expert-parallel-comm");
   if (!p.grad_accumulation_fusion) add(o, "--no-gradient-accumulation-fusion");
   if (s0.offload.optimizer_states > 0) {
     add(o, "--optimizer-cpu-offload");
@@ -467,6 +475,10 @@ std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::Cl
     notes.push_back(detail::single_device_connection_note(
         fmt::format("Megatron-LM asserts it with tensor or context parallelism on GPUs before Blackwell ({} is sm_{})",
                     c.gpu.name, static_cast<int>(std::lround(c.gpu.compute_capability * 10)))));
+  if (p.overlap_moe_a2a)
+    notes.push_back("CUDA_DEVICE_MAX_CONNECTIONS=32: the MoE all-to-all overlap runs its communication on a stream "
+                    "of its own and needs more than one connection (Megatron-LM's MoE README; validate_args only "
+                    "warns), with torch 2.6 or later (TransformerConfig asserts it)");
   if (auto n = detail::position_embeddings_note(m, t)) notes.push_back(*n);
   notes.push_back(fmt::format("the vocabulary ({} entries) comes from the tokenizer (--tokenizer-type and its "
                               "files), padded with --make-vocab-size-divisible-by", m.vocab_size));
@@ -648,6 +660,7 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
     return fail("--overlap-param-gather", "needs --overlap-grad-reduce (Megatron-LM asserts it)");
   p.overlap_tp_comm = f.has("--tp-comm-overlap");
+  p.overlap_moe_a2a = f.has("--overlap-moe-expert-parallel-comm");
   p.grad_accumulation_fusion = !f.has("--no-gradient-accumulation-fusion");
   if (p.overlap_tp_comm && p.tp > 1 && !p.sequence_parallel)
     return fail("--tp-comm-overlap", "needs --sequence-parallel (Megatron-LM asserts it)");
@@ -727,6 +740,21 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   else if (*opt == "sgd") out.training.optimizer = spec::Optimizer::kSgd;
   else out.notes.push_back(fmt::format("--optimizer {}: mist models adam and sgd only", *opt));
   MIST_TRY(out.training.dropout, detail::dropout_flags(f));
+  // TransformerConfig.__post_init__'s checks on the MoE all-to-all overlap (d98e8a64).
+  if (p.overlap_moe_a2a) {
+    constexpr const char* flag = "--overlap-moe-expert-parallel-comm";
+    if (p.ep < 2) return fail(flag, "needs --expert-model-parallel-size above 1 (Megatron-LM asserts it)");
+    if (out.training.moe_dispatcher == spec::MoeDispatcher::kAllGather)
+      return fail(flag, "needs --moe-token-dispatcher-type alltoall or flex (Megatron-LM asserts it)");
+    if (p.pp > 1 && p.virtual_pipeline_stages < 2)
+      return fail(flag, "with pipeline parallelism needs the interleaved schedule (Megatron-LM asserts a virtual "
+                        "pipeline size)");
+    if (std::any_of(p.stages.begin(), p.stages.end(), [](const auto& s) { return s.ckpt_layers > 0; }))
+      return fail(flag, "refuses full recompute (Megatron-LM asserts it)");
+    if (out.training.mtp_layers.value_or(0) > 1) return fail(flag, "allows at most --mtp-num-layers 1");
+  }
+  if (f.has("--delay-wgrad-compute") && !p.overlap_moe_a2a)
+    return fail("--delay-wgrad-compute", "needs --overlap-moe-expert-parallel-comm (Megatron-LM asserts it)");
   if (auto note = detail::ignored_note(f)) out.notes.push_back(*note);
   p = canonical(p);
   return out;

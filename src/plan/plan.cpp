@@ -93,7 +93,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "sequence_parallel", "micro_batch_size",
                                           "grad_accum_steps", "virtual_pipeline_stages", "recompute",
                                           "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
-                                          "grad_accumulation_fusion", "async_tp_backward", "stages",
+                                          "grad_accumulation_fusion", "async_tp_backward", "overlap_moe_a2a", "stages",
                                           "comment"}));
   Plan p;
   MIST_TRY(p.dp, f.integer("dp", 1, kMaxDegree));
@@ -123,6 +123,8 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   p.overlap_param_gather_stated.value = f.has("overlap_param_gather");
   p.grad_accumulation_fusion_stated.value = f.has("grad_accumulation_fusion");
   p.async_tp_backward_stated.value = f.has("async_tp_backward");
+  MIST_TRY(p.overlap_moe_a2a, f.boolean_or("overlap_moe_a2a", false));
+  p.overlap_moe_a2a_stated.value = f.has("overlap_moe_a2a");
   if (!f.has("stages")) return fail(f.field_path("stages"), "is required but missing (one object per pipeline stage)");
   const Json& st = f.raw("stages");
   if (!st.is_array()) return fail(f.field_path("stages"), "must be an array with one object per pipeline stage");
@@ -169,6 +171,7 @@ Json plan_to_json(const Plan& p) {
     j["ep"] = p.ep;
     j["etp"] = p.etp;
   }
+  if (p.overlap_moe_a2a) j["overlap_moe_a2a"] = true;
   return j;
 }
 
@@ -343,6 +346,14 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
                                         t.seq_length / p.cp, p.tp));
   if (p.overlap_tp_comm && p.tp > 1 && !p.sequence_parallel)
     return fail("plan.overlap_tp_comm", "overlapping TP communication needs sequence_parallel (as in Megatron)");
+  if (p.overlap_moe_a2a && (!m.is_moe() || p.ep < 2))
+    return fail("plan.overlap_moe_a2a", m.is_moe() ? "overlaps the dispatcher's all-to-alls over the expert-parallel "
+                                                     "group: it needs ep > 1"
+                                                   : fmt::format("overlaps a mixture of experts' dispatcher; {} has no "
+                                                                 "experts", m.name));
+  if (p.overlap_moe_a2a && t.moe_dispatcher == spec::MoeDispatcher::kAllGather)
+    return fail("plan.overlap_moe_a2a", "overlaps the all-to-all dispatcher's exchanges; the all-gather dispatcher "
+                                        "(training.moe_token_dispatcher) has none to overlap (Megatron-LM refuses it)");
   if (p.virtual_pipeline_stages > 1) {
     if (p.pp < 2)
       return fail("plan.virtual_pipeline_stages", "an interleaved schedule needs pp >= 2");

@@ -89,6 +89,12 @@ struct Plan {
   // (Megatron-LM 2021, Megatron-DeepSpeed under DeepSpeed, torchtitan without async TP).
   bool async_tp_backward = true;
   Stated async_tp_backward_stated;
+  // Mixtures of experts: the dispatcher's all-to-alls of one micro-batch run on a communication
+  // stream under the compute of another (Megatron-Core's --overlap-moe-expert-parallel-comm: the
+  // 1F1B steady state runs one micro-batch's forward and another's backward together, layer by
+  // layer; warm-up and cool-down run alone). Needs ep > 1; one more micro-batch is in flight.
+  bool overlap_moe_a2a = false;
+  Stated overlap_moe_a2a_stated;
   std::vector<StagePlan> stages;         // pp entries, first to last
   bool operator==(const Plan&) const = default;
 };

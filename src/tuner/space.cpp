@@ -138,7 +138,7 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
                                 const spec::TrainingSpec& t) {
   std::vector<plan::Plan> out;
   const int64_t n = c.num_gpus();
-  // Every (micro-batch, chunks, recompute, experts, exchange) of one (tp, pp, cp).
+  // Every (micro-batch, chunks, recompute, experts, exchange, all-to-all overlap) of one (tp, pp, cp).
   auto add = [&](int64_t tp, int64_t pp, int64_t cp) {
     const int64_t dp = n / tp / pp / cp;
     const auto comms = cp_exchanges(space, m, t, cp, tp);
@@ -149,22 +149,25 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
         if (v < 1 || (v > 1 && (pp == 1 || m.num_layers % (pp * v) || G % pp))) continue;
         for (auto rc : space.recompute)
           for (auto [ep, etp] : expert_degrees(space, m, tp, cp, dp))
-            for (auto comm : comms) {
-              plan::Plan p;
-              p.dp = dp;
-              p.tp = tp;
-              p.pp = pp;
-              p.cp = cp;
-              p.cp_comm = comm;
-              p.ep = ep;
-              p.etp = etp;
-              p.sequence_parallel = tp > 1;
-              p.micro_batch_size = b;
-              p.grad_accum_steps = G;
-              p.virtual_pipeline_stages = v;
-              p.recompute = rc;
-              out.push_back(p);
-            }
+            for (auto comm : comms)
+              for (bool overlap : space.moe_a2a_overlap) {
+                if (overlap && (ep < 2 || t.moe_dispatcher == spec::MoeDispatcher::kAllGather)) continue;
+                plan::Plan p;
+                p.dp = dp;
+                p.tp = tp;
+                p.pp = pp;
+                p.cp = cp;
+                p.cp_comm = comm;
+                p.ep = ep;
+                p.etp = etp;
+                p.overlap_moe_a2a = overlap;
+                p.sequence_parallel = tp > 1;
+                p.micro_batch_size = b;
+                p.grad_accum_steps = G;
+                p.virtual_pipeline_stages = v;
+                p.recompute = rc;
+                out.push_back(p);
+              }
       }
     }
   };

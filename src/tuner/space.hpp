@@ -38,6 +38,10 @@ struct SearchSpace {
   // stage's tp·dp GPUs hold) and expert tensor parallelism 1 or tp; off: ep 1, etp = tp (Megatron's
   // defaults).
   bool tune_experts = true;
+  // Mixtures of experts with ep > 1 and the all-to-all dispatcher: each layout also with its
+  // all-to-alls overlapped with another micro-batch's compute (plan.overlap_moe_a2a; it holds one
+  // more micro-batch in flight). An engine that cannot run it gets its nearest plan without.
+  std::vector<bool> moe_a2a_overlap = {false, true};
   // Context-parallel degrees tried where the job allows them (plan::check_cp), each leaving every
   // CP rank at least min_cp_tokens of the sequence: below that a rank's attention is too short to
   // hide its K/V exchange, and the activations that CP divides are small (a search bound, stated

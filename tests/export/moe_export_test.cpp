@@ -151,5 +151,42 @@ TEST(MoeExport, OtherEnginesRefuseMixturesOfExperts) {
   }
 }
 
+// The MoE all-to-all overlap: --overlap-moe-expert-parallel-comm with the interleaved schedule,
+// CUDA_DEVICE_MAX_CONNECTIONS above 1 for its communication stream, read back; Megatron-LM's own
+// checks on import, and a plan Megatron cannot overlap (pp > 1 without chunks) loses it by name.
+TEST(MoeExport, AllToAllOverlapRoundTripsWithMegatronsRules) {
+  const auto m = model("mixtral-8x7b");
+  auto t = training(128, 4096);
+  auto p = mixtral_plan(m.num_layers);
+  p.virtual_pipeline_stages = 2;
+  p.overlap_moe_a2a = true;
+  auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8, "H100-SXM5-80GB"), t, p, {}});
+  ASSERT_TRUE(r && r->exported) << (r ? (r->reasons.empty() ? "" : r->reasons[0].to_string()) : r.error().to_string());
+  const auto& o = r->exported->options;
+  EXPECT_TRUE(value(o, "--overlap-moe-expert-parallel-comm").has_value());
+  ASSERT_EQ(r->exported->environment.size(), 1u);
+  EXPECT_EQ(r->exported->environment[0].value, "32");
+  auto back = import_megatron_flags(command(o), m, cluster(2, 8, "H100-SXM5-80GB"));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_TRUE(back->plan.overlap_moe_a2a);
+  // Without interleaving Megatron-LM asserts; the nearest plan turns the overlap off.
+  auto flat = p;
+  flat.virtual_pipeline_stages = 1;
+  std::vector<Error> why;
+  EXPECT_FALSE(expressible(flat, Engine::kMegatron, &why, &t, &m));
+  bool named = false;
+  for (const auto& w : why) named |= w.path == "plan.overlap_moe_a2a";
+  EXPECT_TRUE(named);
+  EXPECT_FALSE(nearest_expressible(flat, Engine::kMegatron, &t, &m).plan.overlap_moe_a2a);
+  const std::string flags = command(o);
+  expect_error(import_megatron_flags(without_token(flags, " --moe-token-dispatcher-type alltoall"), m,
+                                     cluster(2, 8, "H100-SXM5-80GB")),
+               "--overlap-moe-expert-parallel-comm", "alltoall");
+  expect_error(import_megatron_flags(without_token(flags, " --overlap-moe-expert-parallel-comm") +
+                                         " --delay-wgrad-compute",
+                                     m, cluster(2, 8, "H100-SXM5-80GB")),
+               "--delay-wgrad-compute", "--overlap-moe-expert-parallel-comm");
+}
+
 }  // namespace
 }  // namespace mist::engines

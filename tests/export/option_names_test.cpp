@@ -53,7 +53,10 @@ const std::set<std::string> kMegatronNames{
     "--v-head-dim",
     // Multi-token prediction: TransformerConfig.mtp_num_layers (transformer_config.py:68), a flag
     // through argument_utils.py; validate_args (arguments.py:881) allows it with rope or no positions.
-    "--mtp-num-layers"};
+    "--mtp-num-layers",
+    // The MoE all-to-all overlap: ModelParallelConfig.overlap_moe_expert_parallel_comm (:343) and
+    // delay_wgrad_compute (:348), flags through ArgumentGroupFactory (arguments.py:2373).
+    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"};
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.
