@@ -29,13 +29,15 @@ def engine_plan(engine, p):
 
 
 def job(name, engine, model, gpu, gpus, gbs, seq, plan=None, gpus_per_node=8, optimizer="adamw",
-        precision="bf16", compile=False, tune=(), pick=1, fp8_recipe=None):
+        precision="bf16", compile=False, tune=(), pick=1, fp8_recipe=None, mtp_layers=0):
     nodes = max(1, gpus // gpus_per_node)
     per_node = gpus if gpus < gpus_per_node else gpus_per_node
     training = {"global_batch_size": gbs, "seq_length": seq, "precision": precision,
                 "optimizer": optimizer, "flash_attention": True, "compile": compile}
     if fp8_recipe:
         training.update(precision="fp8", fp8_recipe=fp8_recipe)
+    if mtp_layers:
+        training["mtp_layers"] = mtp_layers
     if plan:
         plan = engine_plan(engine, plan)
     return {"name": name, "engine": engine, "model": model,
@@ -55,7 +57,7 @@ def stages(layers, pp, zero=0, ckpt=0, offload=None):
 
 
 def plan(dp, tp, pp, mbs, gas, layers, zero=0, ckpt=0, offload=None, v=1, recompute=None, sp=None, ep=1, etp=1,
-         cp=1):
+         cp=1, moe_a2a_overlap=False):
     p = {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1 if sp is None else sp,
          "micro_batch_size": mbs, "grad_accum_steps": gas, "stages": stages(layers, pp, zero, ckpt, offload)}
     if cp > 1:
@@ -66,6 +68,8 @@ def plan(dp, tp, pp, mbs, gas, layers, zero=0, ckpt=0, offload=None, v=1, recomp
         p["virtual_pipeline_stages"] = v
     if recompute:
         p["recompute"] = recompute
+    if moe_a2a_overlap:
+        p["overlap_moe_a2a"] = True
     return p
 
 
@@ -137,6 +141,12 @@ JOBS = [
         plan=plan(16, 1, 4, 1, 80, 36, zero=1, ep=8)),
     job("mlm-deepseek-v3-256xH100-pp8-ep32", "megatron", "deepseek-v3", "H100-SXM5-80GB", 256, 1024, 4096,
         plan=plan(32, 1, 8, 1, 32, 61, zero=1, ckpt=8, ep=32)),
+    # 2026-12-07: multi-token prediction (--mtp-num-layers) and the MoE all-to-all overlap
+    # (--overlap-moe-expert-parallel-comm, interleaved with pp > 1), not yet run through the harness.
+    job("mlm-deepseek-v3-256xH100-pp8-ep32-mtp", "megatron", "deepseek-v3", "H100-SXM5-80GB", 256, 1024, 4096,
+        plan=plan(32, 1, 8, 1, 32, 61, zero=1, ckpt=8, ep=32), mtp_layers=1),
+    job("mlm-qwen3-30b-a3b-16xH100-a2a-overlap", "megatron", "qwen3-30b-a3b", "H100-SXM5-80GB", 16, 1024, 4096,
+        plan=plan(8, 1, 2, 1, 128, 48, zero=1, ep=8, v=2, moe_a2a_overlap=True)),
     # DeepSpeed (Megatron-DeepSpeed + DeepSpeed)
     job("ds-llama2-7b-8xA100-s4096", "deepspeed", "llama2-7b", "A100-SXM4-80GB", 8, 256, 4096),
     job("ds-gpt3-13b-16xA100-s2048", "deepspeed", "gpt3-13b", "A100-SXM4-80GB", 16, 512, 2048),
