@@ -240,8 +240,9 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
                                      "kept for the iteration"
                                    : "FP8 copies of the FP8 linears' weights, row- and column-wise, kept for the "
                                      "iteration (Transformer Engine)",
-                        (dense ? k + "((l - D)·P_fp8 + D·P_fp8_dns" : k + "(l·P_fp8") +
-                            (lm.options.mtp_layers > 0 ? " + H·P_fp8_head)" : ")"),
+                        lm.options.mtp_layers == 0 ? (dense ? k + "((l - D)·P_fp8 + D·P_fp8_dns)" : k + "l·P_fp8")
+                        : dense                    ? k + "((l - D)·P_fp8 + D·P_fp8_dns + H·P_fp8_head)"
+                                                   : k + "(l·P_fp8 + H·P_fp8_head)",
                         Expr(static_cast<double>(copies)) * ((l - D) * P_fp8 + D * P_fp8_dns + H * P_fp8_head)});
     if (fp8_params)
       M.quantities.insert(M.quantities.begin() + 4,
