@@ -347,16 +347,21 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                         x.bwd_exposed,
                     host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0)));
   };
-  const double fwd = (l - nd) * mb.fwd + nd * db.fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
   // With the MoE all-to-alls overlapped (Megatron's combined 1F1B) each MoE block's forward runs
   // beside another micro-batch's backward of it in the steady state: what the pair saves comes off
-  // the backward. The warm-up's forwards and the cool-down's backwards (as many as the stage holds
-  // in flight) run unpaired: that is paid once per iteration (a2a_unpaired).
+  // the two passes in proportion to their all-to-alls (each keeps at least its compute). The
+  // warm-up's forwards and the cool-down's backwards (as many as the stage holds in flight) run
+  // unpaired: that is paid once per iteration (a2a_unpaired).
   const double save = p.overlap_moe_a2a ? std::max(0.0, mb.fwd + mb.bwd - mb.pair) : 0;
   const double save_rc = p.overlap_moe_a2a ? std::max(0.0, mb.fwd + mb.bwd_recomputed - mb.pair_recomputed) : 0;
   const double paired = (l - nd - (ck - ckd)) * save + (ck - ckd) * save_rc;
-  const double bwd = (l - nd - (ck - ckd)) * mb.bwd + (ck - ckd) * mb.bwd_recomputed + (nd - ckd) * db.bwd +
-                     ckd * db.bwd_recomputed + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0) - paired;
+  const double a2a_f = blk.fwd_exposed - blk.fwd_cp, a2a_b = blk.bwd_exposed - blk.bwd_cp;
+  const double fwd_share = paired > 0 && a2a_f + a2a_b > 0 ? a2a_f / (a2a_f + a2a_b) : 0;
+  // Alone: the first forward and the last backward (what the data-parallel collectives hide under).
+  const double fwd_alone = (l - nd) * mb.fwd + nd * db.fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
+  const double bwd_alone = (l - nd - (ck - ckd)) * mb.bwd + (ck - ckd) * mb.bwd_recomputed + (nd - ckd) * db.bwd +
+                           ckd * db.bwd_recomputed + (first ? edge_bwd(emb) : 0) + (last ? edge_bwd(head) : 0);
+  const double fwd = fwd_alone - paired * fwd_share, bwd = bwd_alone - paired * (1 - fwd_share);
   s.a2a_unpaired = paired > 0 ? paired * in_flight_micro_batches(p, index) : 0;
   // Without fused gradient accumulation, each micro-batch's weight gradients are added into the
   // accumulated ones by a separate kernel (Megatron-LM 2021's local DDP hook main_grad.add_(grad),
@@ -407,7 +412,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
       // interleaved stage's final chunk runs bwd / v, and so its D falls by at most 1/v of what
       // more compute adds to T (the tuner's pruning relies on it, docs/tuner.md).
       // What runs beside the backward slows it as any overlap does (the interference).
-      const double under = bwd / v;
+      const double under = bwd_alone / v;
       grad_sync = exposed_of(under, grad_sync);
     }
   }
@@ -421,7 +426,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                                    (last ? head.fp8_expert_params : 0));
     param_gather = dp_collective(Collective::kAllGather, stage_dense * wb - f8_dense, stage_exp * wb - f8_exp);
     if (p.overlap_param_gather) {
-      const double under = fwd / v;  // the first chunk's forward
+      const double under = fwd_alone / v;  // the first chunk's forward
       param_gather = exposed_of(under, param_gather);
     }
   }

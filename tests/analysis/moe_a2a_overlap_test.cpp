@@ -54,10 +54,14 @@ TEST(MoeA2aOverlap, TheSteadyStateHidesTheAllToAllsUnderTheOtherPass) {
   ASSERT_GT(a2a, 0);
   ASSERT_GT(compute, 0);
   const auto &s_off = off->time.stages[0], &s_on = on->time.stages[0];
-  // The forward is as before; the backward carries the pairs' saving, at most the shorter of the
-  // two streams per block and at least half of it (the streams slow each other while both run).
-  EXPECT_DOUBLE_EQ(s_on.fwd_s, s_off.fwd_s);
-  const double saved = s_off.bwd_s - s_on.bwd_s;
+  // The pairs' saving comes off both passes (each in proportion to its all-to-alls, neither below
+  // its compute): at most the shorter of the two streams per block and at least half of it (the
+  // streams slow each other while both run).
+  EXPECT_LT(s_on.fwd_s, s_off.fwd_s);
+  EXPECT_LT(s_on.bwd_s, s_off.bwd_s);
+  EXPECT_GT(s_on.fwd_s, 0);
+  EXPECT_GT(s_on.bwd_s, 0);
+  const double saved = s_off.stable_s - s_on.stable_s;
   const double per_block = saved / static_cast<double>(job.m.num_layers);
   EXPECT_LE(per_block, std::min(a2a, compute) * (1 + 1e-9));
   EXPECT_GE(per_block, 0.5 * std::min(a2a, compute));
