@@ -49,17 +49,27 @@ TEST(Mtp, DeepSeekV3DepthIsOneMoeBlockAProjectionAndThreeNorms) {
   EXPECT_GT(sharded, depth / 9);
 }
 
-// Llama 3 8B on 8 H100, pp 2: the depth's block, projection, norms and the word embedding's copy
-// are the last stage's, in weights, gradients and optimizer states; its saved activations add a
-// block's and a second set of fp32 logits; the first stage holds what it held.
+// Llama 3 8B on 8 H100, dp 4 pp 2, GBS 64, seq 4096, trained with `depths` MTP depths.
+struct Llama8bPp2 {
+  spec::ModelSpec m = *spec::catalog_model("llama3-8b");
+  spec::ClusterSpec c = cluster("H100-SXM5-80GB", 1, 8);
+  plan::Plan p = plan::uniform_plan(m, 4, 1, 2, 1, 16, {});
+  spec::TrainingSpec training(int64_t depths) const {
+    auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
+    t.mtp_layers = depths;
+    return t;
+  }
+  Result<MemoryPrediction> memory(int64_t depths) const { return memory_of(m, c, training(depths), p); }
+  Result<TimePrediction> time(int64_t depths) const { return time_of(m, c, training(depths), p); }
+};
+
+// The depth's block, projection, norms and the word embedding's copy are the last stage's, in
+// weights, gradients and optimizer states; its saved activations add a block's and a second set
+// of fp32 logits; the first stage holds what it held.
 TEST(Mtp, TheLastStageHoldsTheDepthsAndTheEmbeddingsCopy) {
-  const auto m = *spec::catalog_model("llama3-8b");
-  const auto c = cluster("H100-SXM5-80GB", 1, 8);
-  auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
-  const auto p = plan::uniform_plan(m, 4, 1, 2, 1, 16, {});
-  auto base = memory_of(m, c, t, p);
-  t.mtp_layers = 1;
-  auto mtp = memory_of(m, c, t, p);
+  const Llama8bPp2 job;
+  const auto& m = job.m;
+  auto base = job.memory(0), mtp = job.memory(1);
   ASSERT_TRUE(base && mtp) << (base ? mtp.error().to_string() : base.error().to_string());
   const double h = static_cast<double>(m.hidden_size), V = static_cast<double>(m.vocab_size);
   const double added = static_cast<double>(m.block_parameters()) + 2 * h * h + 3 * h + V * h;
@@ -82,13 +92,8 @@ TEST(Mtp, TheLastStageHoldsTheDepthsAndTheEmbeddingsCopy) {
 // first does not move but for the embedding gradient's all-reduce with the last stage; the
 // iteration grows by about a block's share of the model.
 TEST(Mtp, TheLastStageRunsTheDepthsBlockAndLoss) {
-  const auto m = *spec::catalog_model("llama3-8b");
-  const auto c = cluster("H100-SXM5-80GB", 1, 8);
-  auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
-  const auto p = plan::uniform_plan(m, 4, 1, 2, 1, 16, {});
-  auto base = time_of(m, c, t, p);
-  t.mtp_layers = 1;
-  auto mtp = time_of(m, c, t, p);
+  const Llama8bPp2 job;
+  auto base = job.time(0), mtp = job.time(1);
   ASSERT_TRUE(base && mtp);
   const auto &b0 = base->stages[0], &b1 = base->stages[1], &m0 = mtp->stages[0], &m1 = mtp->stages[1];
   EXPECT_DOUBLE_EQ(m0.fwd_s, b0.fwd_s);
