@@ -488,6 +488,12 @@ std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::Cl
   if (m.is_moe())
     notes.push_back("model: the prediction assumes tokens balanced across experts; training balances them only "
                     "approximately (--moe-aux-loss-coeff), so the slowest expert rank sets the pace");
+  if (m.mtp_layers > 0 && t.mtp_layers == 0)
+    notes.push_back(fmt::format("model: {}'s checkpoint holds {} multi-token prediction module{}; the plan trains "
+                                "without {} (Megatron-LM's default): training.mtp_layers {} trains {} "
+                                "(--mtp-num-layers, as Megatron-Bridge's recipes for it do)",
+                                m.name, m.mtp_layers, m.mtp_layers > 1 ? "s" : "", m.mtp_layers > 1 ? "them" : "it",
+                                m.mtp_layers, m.mtp_layers > 1 ? "them" : "it"));
   if (t.grad_dtype != spec::Dtype::kFp32)
     notes.push_back("training.grad_dtype: Megatron-LM keeps main gradients in fp32 unless told otherwise "
                     "(--main-grads-dtype with the precision-aware optimizer)");

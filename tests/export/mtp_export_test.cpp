@@ -68,6 +68,24 @@ TEST(MtpExport, ALayoutCarriesTheDepthsWithTheLoss) {
   EXPECT_EQ(imported->plan.stages.back().num_layers, 8);
 }
 
+// A model whose checkpoint holds MTP modules, planned without training them, says so and how.
+TEST(MtpExport, AModelWithMtpModulesSaysWhenThePlanLeavesThemOut) {
+  const auto m = model("deepseek-v3");
+  ASSERT_EQ(m.mtp_layers, 1);
+  auto p = testing::plan(32, 1, {8, 8, 8, 8, 8, 8, 8, 5}, 1, 4, 1);  // GBS 128
+  p.ep = 32;
+  auto said = [&](int64_t depths) {
+    auto r = export_plan(Engine::kMegatron, {m, cluster(32, 8, "H100-SXM5-80GB"), mtp_training(depths), p, {}});
+    EXPECT_TRUE(r && r->exported);
+    if (!r || !r->exported) return false;
+    bool note = false;
+    for (const auto& n : r->exported->notes) note |= n.find("training.mtp_layers 1") != std::string::npos;
+    return note;
+  };
+  EXPECT_TRUE(said(0));
+  EXPECT_FALSE(said(1));
+}
+
 TEST(MtpExport, ImportKeepsMegatronsChecksAndOtherEnginesRefuseIt) {
   const auto gpt = model("gpt3-13b");  // learned absolute positions
   expect_error(import_megatron_flags("--tensor-model-parallel-size 2 --micro-batch-size 1 --seq-length 2048 "
