@@ -29,6 +29,8 @@ constexpr double kRoundingBytesPerAllocation = units::kMiB;
 
 Expr bound(const Expr& e, const sym::Bindings& dims) { return sym::substitute(e, dims); }
 
+bool is_zero(const Expr& e) { return e.is_constant() && e.constant_value() == 0; }
+
 }  // namespace
 
 int optimizer_bytes_per_param(const spec::TrainingSpec& t) {
@@ -74,7 +76,7 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   const Expr P_head = lm.head.params() + T * lm.embedding_copy_params;
   const Expr P_stage = (l - D) * P_blk + D * P_dns + E * P_emb + H * P_head;
   const Expr P_blkx = lm.block.expert_params();
-  const bool experts = !(P_blkx.is_constant() && P_blkx.constant_value() == 0);
+  const bool experts = !is_zero(P_blkx);
   // The head's multi-token prediction blocks hold expert weights too (of the model's last kind).
   const Expr P_exp = (l - D) * P_blkx + H * lm.head.expert_params();
   // The FP8 linears' weights of a block whose FP8 copies Transformer Engine caches (0 otherwise).
@@ -222,7 +224,7 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   // Megatron's global memory buffer, into which the all-gather dispatcher gathers each MoE layer's
   // tokens (Tensor::external): one, sized by the largest request, reused by every layer.
   const Expr X_ext = lm.block.external_bytes();
-  if (!(X_ext.is_constant() && X_ext.constant_value() == 0)) {
+  if (!is_zero(X_ext)) {
     auto at = std::find_if(M.terms.begin(), M.terms.end(), [](const auto& t) { return t.name == "blas_workspace"; });
     M.terms.insert(at, {"dispatcher_buffer",
                         "the global memory buffer the all-gather dispatcher gathers the tp_ep group's tokens into "
@@ -340,8 +342,7 @@ sym::Bindings stage_knobs(const graph::LoweredModel& lm, const spec::ModelSpec& 
   k["H"] = last ? 1.0 : 0.0;
   k["D"] = static_cast<double>(plan::dense_blocks(m, index));
   // The last stage's copy of the word embedding (the tied LM head's, or multi-token prediction's).
-  const bool copy = !(lm.embedding_copy_params.is_constant() && lm.embedding_copy_params.constant_value() == 0);
-  k["T"] = last && p.pp > 1 && copy ? 1.0 : 0.0;
+  k["T"] = last && p.pp > 1 && !is_zero(lm.embedding_copy_params) ? 1.0 : 0.0;
   k["Q"] = p.pp > 1 ? 1.0 : 0.0;
   k["C_ctx"] = c.gpu.cuda_context_bytes;
   k["C_blas"] = c.gpu.blas_workspace_bytes;

@@ -274,6 +274,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   struct BlockPasses {
     double fwd = 0, bwd = 0, bwd_recomputed = 0, recompute = 0;
     double pair = 0, pair_recomputed = 0;
+    double a2a_fwd = 0, a2a_bwd = 0;  // the dispatcher's all-to-alls in each pass
   };
   // Bytes of a layer's weights, dense and expert: wb each, an FP8 parameter one.
   auto weight_bytes = [&](const LayerTimes& x) {
@@ -308,6 +309,8 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     const double host_fwd = host * x.kernels_fwd, host_bwd = host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0));
     const double host_bwd_rc = host * (x.kernels_bwd + x.kernels_fwd);
     BlockPasses b;
+    b.a2a_fwd = a2a_fwd;
+    b.a2a_bwd = a2a_bwd;
     b.fwd = std::max(fwd_gpu + a2a_fwd, host_fwd);
     b.recompute = recompute_gpu + a2a_fwd;
     b.bwd = std::max(bwd_gpu + a2a_bwd, host_bwd);
@@ -355,8 +358,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const double save = p.overlap_moe_a2a ? std::max(0.0, mb.fwd + mb.bwd - mb.pair) : 0;
   const double save_rc = p.overlap_moe_a2a ? std::max(0.0, mb.fwd + mb.bwd_recomputed - mb.pair_recomputed) : 0;
   const double paired = (l - nd - (ck - ckd)) * save + (ck - ckd) * save_rc;
-  const double a2a_f = blk.fwd_exposed - blk.fwd_cp, a2a_b = blk.bwd_exposed - blk.bwd_cp;
-  const double fwd_share = paired > 0 && a2a_f + a2a_b > 0 ? a2a_f / (a2a_f + a2a_b) : 0;
+  const double fwd_share = paired > 0 && mb.a2a_fwd + mb.a2a_bwd > 0 ? mb.a2a_fwd / (mb.a2a_fwd + mb.a2a_bwd) : 0;
   // Alone: the first forward and the last backward (what the data-parallel collectives hide under).
   const double fwd_alone = (l - nd) * mb.fwd + nd * db.fwd + (first ? edge_fwd(emb) : 0) + (last ? edge_fwd(head) : 0);
   const double bwd_alone = (l - nd - (ck - ckd)) * mb.bwd + (ck - ckd) * mb.bwd_recomputed + (nd - ckd) * db.bwd +

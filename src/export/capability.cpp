@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "export/common.hpp"
 #include "export/splits.hpp"
 
 namespace mist::engines {
@@ -102,7 +103,7 @@ void set_ckpt(Walk& w, const std::vector<int64_t>& want, std::string why) {
 
 void drop_selective_with_full(Walk& w, std::string why) {
   if (w.p.recompute != Recompute::kSelective) return;
-  if (std::none_of(w.p.stages.begin(), w.p.stages.end(), [](const auto& s) { return s.ckpt_layers > 0; })) return;
+  if (!detail::any_fully_recomputed(w.p)) return;
   w.p.recompute = Recompute::kNone;
   w.note("plan.recompute", std::move(why), "selective -> none (blocks not fully recomputed keep their attention core)");
 }
@@ -196,12 +197,11 @@ void megatron_rules(Walk& w, const spec::TrainingSpec* t) {
                        "--recompute-num-layers N); the largest count asked for is N = {}", n));
   // TransformerConfig.__post_init__ (d98e8a64) on --overlap-moe-expert-parallel-comm.
   if (w.p.overlap_moe_a2a) {
-    const bool full = std::any_of(w.p.stages.begin(), w.p.stages.end(), [](const auto& s) { return s.ckpt_layers > 0; });
     if (w.p.pp > 1 && w.p.virtual_pipeline_stages < 2)
       set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
                "Megatron-LM overlaps the MoE all-to-alls with pp > 1 only in the interleaved schedule (it asserts "
                "a virtual pipeline size)");
-    else if (full)
+    else if (detail::any_fully_recomputed(w.p))
       set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
                "Megatron-LM refuses the MoE all-to-all overlap with full recompute");
     else if (t && t->mtp_layers > 1)

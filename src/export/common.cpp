@@ -90,6 +90,10 @@ std::vector<int64_t> stage_layers(const plan::Plan& p) {
   return v;
 }
 
+bool any_fully_recomputed(const plan::Plan& p) {
+  return std::any_of(p.stages.begin(), p.stages.end(), [](const auto& s) { return s.ckpt_layers > 0; });
+}
+
 plan::Plan plan_with_stages(const std::vector<int64_t>& layers) {
   plan::Plan p;
   p.pp = static_cast<int64_t>(layers.size());

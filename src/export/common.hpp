@@ -23,6 +23,8 @@ void add_training_flags(std::vector<Option>& out, const spec::TrainingSpec& t);
 
 int64_t total_layers(const plan::Plan& p);
 std::vector<int64_t> stage_layers(const plan::Plan& p);
+// Whether any stage of `p` fully recomputes some of its blocks (Megatron's full recompute).
+bool any_fully_recomputed(const plan::Plan& p);
 // A plan with `layers` per stage and the same options on every stage.
 plan::Plan plan_with_stages(const std::vector<int64_t>& layers);
 

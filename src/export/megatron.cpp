@@ -1,6 +1,5 @@
 #include "export/megatron.hpp"
 
-#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -755,8 +754,7 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
     if (p.pp > 1 && p.virtual_pipeline_stages < 2)
       return fail(flag, "with pipeline parallelism needs the interleaved schedule (Megatron-LM asserts a virtual "
                         "pipeline size)");
-    if (std::any_of(p.stages.begin(), p.stages.end(), [](const auto& s) { return s.ckpt_layers > 0; }))
-      return fail(flag, "refuses full recompute (Megatron-LM asserts it)");
+    if (detail::any_fully_recomputed(p)) return fail(flag, "refuses full recompute (Megatron-LM asserts it)");
     if (out.training.mtp_layers.value_or(0) > 1) return fail(flag, "allows at most --mtp-num-layers 1");
   }
   if (f.has("--delay-wgrad-compute") && !p.overlap_moe_a2a)

@@ -510,25 +510,34 @@ Layer lower_block(const ModelSpec& m, const LoweringOptions& o, double work, boo
   return B.done(x, out);
 }
 
+// The vocab-parallel lookup of `tokens` (op `name`, output `name`.out): each rank holds V/t rows
+// (`params` on this GPU: 0 where the table is counted elsewhere), the outputs are summed across the
+// TP ranks (reduce-scattered to the rank's sequence shard under sequence parallelism).
+int vocab_lookup(LayerBuilder& B, const std::string& name, int tokens, const Expr& params) {
+  const auto& o = B.o_;
+  const Expr full = sb(o) * S().h * w(o);
+  int e = B.tensor(name + ".out", full / region(o));
+  Op& op = B.op(name, OpKind::kEmbedding, {tokens}, {e}, {tokens});
+  op.params = params;
+  op.fwd_flops = Expr(0.0);
+  op.bwd_flops = sb(o) * S().h;
+  op.bytes_read = full;
+  op.bytes_written = full;
+  if (o.sequence_parallel) {
+    op.temporaries.push_back(B.tensor(name + ".partial_sum", full, false));
+    op.fwd_comm = {CommKind::kReduceScatter, full};
+  } else {
+    op.fwd_comm = {CommKind::kAllReduce, full};
+  }
+  return e;
+}
+
 Layer lower_embedding(const ModelSpec& m, const LoweringOptions& o) {
   const auto& s = S();
   LayerBuilder B("embedding", LayerKind::kEmbedding, o);
   int tokens = B.tensor("tokens", sb(o) * 8, false);  // int64 ids
   Expr full = sb(o) * s.h * w(o);
-  int e = B.tensor("embedding.word.out", full / region(o));
-  // Vocab-parallel lookup: each rank holds V/t rows, outputs are summed across ranks.
-  Op& op = B.op("embedding.word", OpKind::kEmbedding, {tokens}, {e}, {tokens});
-  op.params = s.V * s.h / s.t;
-  op.fwd_flops = Expr(0.0);
-  op.bwd_flops = sb(o) * s.h;
-  op.bytes_read = full;
-  op.bytes_written = full;
-  if (o.sequence_parallel) {
-    op.temporaries.push_back(B.tensor("embedding.partial_sum", full, false));
-    op.fwd_comm = {CommKind::kReduceScatter, full};
-  } else {
-    op.fwd_comm = {CommKind::kAllReduce, full};
-  }
+  int e = vocab_lookup(B, "embedding.word", tokens, s.V * s.h / s.t);
   int out = e;
   if (m.positions == spec::Positions::kLearned) {
     out = B.tensor("embedding.position.out", full / region(o));
@@ -603,17 +612,7 @@ int mtp_depth(LayerBuilder& B, const std::string& name, int hidden, const ModelS
   Op& roll = B.op(name + "roll", OpKind::kCopy, {}, {tokens}, {});  // torch.roll of the ids, int64
   roll.fwd_flops = roll.bwd_flops = Expr(0.0);
   roll.bytes_read = roll.bytes_written = sb(o) * 8;
-  int e = B.tensor(name + "embedding.out", local);
-  Op& lookup = B.op(name + "embedding", OpKind::kEmbedding, {tokens}, {e}, {tokens});
-  lookup.fwd_flops = Expr(0.0);
-  lookup.bwd_flops = sb(o) * s.h;
-  lookup.bytes_read = lookup.bytes_written = full;
-  if (o.sequence_parallel) {
-    lookup.temporaries.push_back(B.tensor(name + "embedding.partial_sum", full, false));
-    lookup.fwd_comm = {CommKind::kReduceScatter, full};
-  } else {
-    lookup.fwd_comm = {CommKind::kAllReduce, full};
-  }
+  int e = vocab_lookup(B, name + "embedding", tokens, Expr(0.0));
   int en = norm(B, name + "enorm", e, m.norm, m);
   int hn = norm(B, name + "hnorm", hidden, m.norm, m);
   int cat = B.tensor(name + "concat.out", 2 * local);
