@@ -71,10 +71,13 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       if (op.selective_recompute) r.core_fwd += f;
     }
     if (op.exposed_comm) {
-      r.fwd_exposed += comm(op.fwd_comm);
+      const double fc = comm(op.fwd_comm);
+      r.fwd_exposed += fc;
       r.bwd_exposed += comm(op.bwd_comm);
       r.kernels_fwd += 1;
       r.kernels_bwd += 1;
+      // A recomputed module's collectives run again with it (Megatron's "moe").
+      if (op.selective_recompute) r.core_fwd += fc, r.kernels_core_fwd += 1;
       if (after_exposed) r.inner_fwd += since_exposed_fwd, r.inner_bwd += since_exposed_bwd;
       after_exposed = true;
       since_exposed_fwd = since_exposed_bwd = 0;
@@ -82,7 +85,9 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
     }
     since_exposed_fwd += t.fwd;
     since_exposed_bwd += t.bwd;
-    r.fwd_tp += comm(op.fwd_comm);
+    const double fwd_tp = comm(op.fwd_comm);
+    r.fwd_tp += fwd_tp;
+    if (op.selective_recompute) r.core_fwd += fwd_tp;
     const double grad_comm = comm(op.bwd_comm), regather = comm(op.bwd_regather);
     auto launches = [](const graph::TpComm& cm) { return cm.kind == graph::CommKind::kNone ? 0.0 : 1.0; };
     const double fwd_kernels =

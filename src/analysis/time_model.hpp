@@ -99,7 +99,7 @@ struct LayerTimes {
   // the other micro-batch's dispatch; the rest, attention to dispatch and after the combine, pairs
   // with its combine).
   double inner_fwd = 0, inner_bwd = 0;
-  double core_fwd = 0;              // the attention core's forward (what selective recompute redoes)
+  double core_fwd = 0;              // what selective recompute redoes: its modules' forward, collectives included
   double params = 0;                // parameters held by one GPU
   double expert_params = 0;         // the expert weights among them (sharded over the expert grid)
   // The FP8 linears' weights among them, and the expert ones among those: one byte each when the

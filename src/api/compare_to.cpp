@@ -27,6 +27,9 @@ std::vector<JobDifference> differences(const engines::TrainingOverrides& o, cons
   if (o.moe_capacity_factor) differ("moe_capacity_factor", *o.moe_capacity_factor, file.moe_capacity_factor);
   if (o.moe_pad_to_capacity) differ("moe_pad_to_capacity", *o.moe_pad_to_capacity, file.moe_pad_to_capacity);
   if (o.mtp_layers) differ("mtp_layers", *o.mtp_layers, file.mtp_layers);
+  if (o.recompute_modules)
+    differ("recompute_modules", join(spec::recompute_module_names(*o.recompute_modules), " "),
+           join(spec::recompute_module_names(file.recompute_modules), " "));
   if (o.moe_dispatcher)
     differ("moe_token_dispatcher", std::string(spec::to_string(*o.moe_dispatcher)),
            std::string(spec::to_string(file.moe_dispatcher)));

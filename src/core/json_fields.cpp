@@ -172,6 +172,27 @@ Result<std::string> JsonFields::choice_or(std::string_view key, std::string fall
   return choice(key, allowed);
 }
 
+Result<std::vector<std::string>> JsonFields::choices(std::string_view key,
+                                                    std::span<const std::string_view> allowed) const {
+  MIST_TRY(const Json* v, required(key));
+  if (!v->is_array()) return fail(field_path(key), "must be a list of strings, got " + type_name(*v));
+  std::vector<std::string> names, out;
+  for (auto a : allowed) names.emplace_back(fmt::format("\"{}\"", a));
+  for (size_t i = 0; i < v->size(); ++i) {
+    const std::string where = fmt::format("{}[{}]", field_path(key), i);
+    const Json& e = (*v)[i];
+    if (!e.is_string()) return fail(where, "must be a string, got " + type_name(e));
+    const auto s = e.get<std::string>();
+    bool known = false;
+    for (auto a : allowed) known = known || s == a;
+    if (!known) return fail(where, fmt::format("must be one of {}, got \"{}\"", join(names), s));
+    for (const auto& earlier : out)
+      if (earlier == s) return fail(where, fmt::format("\"{}\" is listed twice", s));
+    out.push_back(s);
+  }
+  return out;
+}
+
 Result<void> JsonFields::reject_unknown(std::initializer_list<std::string_view> known) const {
   for (auto it = obj_->begin(); it != obj_->end(); ++it) {
     bool ok = false;

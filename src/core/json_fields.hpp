@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,8 @@ class JsonFields {
   Result<std::string> choice(std::string_view key, std::initializer_list<std::string_view> allowed) const;
   Result<std::string> choice_or(std::string_view key, std::string fallback,
                                 std::initializer_list<std::string_view> allowed) const;
+  // A list of strings, each one of `allowed`, none twice; the error names the element ("x[1]").
+  Result<std::vector<std::string>> choices(std::string_view key, std::span<const std::string_view> allowed) const;
 
   // Rejects keys not in `known` (catches typos such as "micro_batch"); names the first stray key.
   Result<void> reject_unknown(std::initializer_list<std::string_view> known) const;

@@ -61,6 +61,10 @@ struct BlockRun {
   // outside the activations, as Megatron's global memory buffer), the local experts' rows permuted
   // out of them, the experts' output reduce-scattered back.
   bool moe_allgather = false;
+  // Under CheckpointMode::kSelective: Megatron's --recompute-modules (spec::RecomputeModule bits;
+  // the attention core by default). core_attn, mlp, moe and shared_experts run as checkpoints,
+  // layernorm (an MoE block's pre-MLP norm) and moe_act as CheckpointWithoutOutput.
+  uint32_t recompute_modules = spec::kRecomputeCoreAttn;
   int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
   int timing_reps = 0;    // timed forward+backward repetitions after the step, op by op
   // Further timed repetitions of the whole layer with no per-op timing; when > 0 the "block" times

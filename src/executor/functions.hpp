@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -168,5 +169,24 @@ at::Tensor sigmoid_gate(at::Tensor logit, at::Tensor y, int op);
 // through the recomputed graph.
 using Region = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 std::vector<at::Tensor> checkpoint(const Region& region, std::vector<at::Tensor> inputs);
+
+// Megatron's CheckpointWithoutOutput (tensor_parallel/random.py; --recompute-modules layernorm,
+// moe_act): run() executes `region` without keeping its intermediates and saves `inputs`;
+// discard_output_and_restore_at(hook) empties the outputs' storages (the ops after the region
+// saved them) and, when the gradient reaches `hook`, replays the region with grad and copies its
+// outputs back into those storages. The replay's own outputs stay referenced until the backward
+// goes through them. Whoever runs it keeps `state()` alive until that backward (done() says so).
+class CheckpointWithoutOutput {
+ public:
+  struct State;
+  CheckpointWithoutOutput();
+  std::vector<at::Tensor> run(Region region, std::vector<at::Tensor> inputs);
+  void discard_output_and_restore_at(const at::Tensor& hook);
+  const std::shared_ptr<State>& state() const { return state_; }
+  static bool done(const State& s);
+
+ private:
+  std::shared_ptr<State> state_;
+};
 
 }  // namespace mist::executor::ops

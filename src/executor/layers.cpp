@@ -39,6 +39,30 @@ Block::Block(const BlockRun& r, at::ScalarType dtype) : LayerBase(r, dtype) {
   block_region_ = [this](const std::vector<at::Tensor>& in) {
     return std::vector<at::Tensor>{body(in[0], false)};
   };
+  // "mlp": the dense MLP with the norm Transformer Engine fuses into its fc1.
+  mlp_region_ = [this](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{dense_mlp(ops::norm(in[0], ln2_, id("ln2")), fc1_, fc2_, "mlp")};
+  };
+  // "moe": the whole MoE layer, nothing recomputed inside it (its checkpoint holds all).
+  moe_region_ = [this](const std::vector<at::Tensor>& in) {
+    const uint32_t outer = modules_;
+    modules_ = 0;
+    auto out = moe(in[0]);
+    modules_ = outer;
+    return std::vector<at::Tensor>{std::move(out)};
+  };
+  shared_region_ = [this](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{dense_mlp(in[0], shared_fc1_, shared_fc2_, "shared_expert")};
+  };
+}
+
+ops::CheckpointWithoutOutput Block::without_output(ops::Region region, std::vector<at::Tensor> inputs,
+                                                   at::Tensor& out) {
+  std::erase_if(without_output_, [](const auto& s) { return ops::CheckpointWithoutOutput::done(*s); });
+  ops::CheckpointWithoutOutput ck;
+  out = ck.run(std::move(region), std::move(inputs))[0];
+  without_output_.push_back(ck.state());
+  return ck;
 }
 
 int LayerBase::id(const std::string& name) {
@@ -181,10 +205,14 @@ at::Tensor Block::dense_mlp(at::Tensor x, const ops::LinearParams& fc1, const op
 }
 
 at::Tensor Block::mlp(at::Tensor x) {
-  return run_.model.is_moe() ? moe(std::move(x)) : dense_mlp(std::move(x), fc1_, fc2_, "mlp");
+  if (!run_.model.is_moe()) return dense_mlp(std::move(x), fc1_, fc2_, "mlp");
+  if (modules_ & spec::kRecomputeMoe) return ops::checkpoint(moe_region_, {std::move(x)})[0];
+  return moe(std::move(x));
 }
 
-at::Tensor Block::body(const at::Tensor& x, bool checkpoint_core) {
+at::Tensor Block::body(const at::Tensor& x, bool selective) {
+  modules_ = selective ? run_.recompute_modules : 0u;
+  const bool checkpoint_core = (modules_ & spec::kRecomputeCoreAttn) != 0;
   if (run_.model.parallel_block) {
     // Falcon: attention and MLP read the same normed input (or one norm each), one residual.
     auto xa = ops::norm(x, ln1_, id("ln_attn"));
@@ -199,8 +227,21 @@ at::Tensor Block::body(const at::Tensor& x, bool checkpoint_core) {
   auto x1 = ops::norm(x, ln1_, id("ln1"));
   auto ya = maybe_dropout(attention(std::move(x1), checkpoint_core), "attn.dropout_out");
   auto r1 = ops::add(x, std::move(ya), id("residual1"));
-  auto x2 = ops::norm(r1, ln2_, id("ln2"));
-  auto ym = maybe_dropout(mlp(std::move(x2)), "mlp.dropout_out");
+  at::Tensor ym;
+  if (!run_.model.is_moe() && (modules_ & spec::kRecomputeMlp)) {
+    ym = ops::checkpoint(mlp_region_, {r1})[0];
+  } else if (run_.model.is_moe() && (modules_ & spec::kRecomputeLayernorm)) {
+    // The pre-MLP norm's output is restored when the gradient reaches the MoE layer's output.
+    at::Tensor x2;
+    auto ck = without_output(
+        [this](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{ops::norm(in[0], ln2_, id("ln2"))}; },
+        {r1}, x2);
+    ym = mlp(std::move(x2));
+    ck.discard_output_and_restore_at(ym);
+  } else {
+    ym = mlp(ops::norm(r1, ln2_, id("ln2")));
+  }
+  ym = maybe_dropout(std::move(ym), "mlp.dropout_out");
   return ops::add(std::move(r1), std::move(ym), id("residual2"));
 }
 

@@ -61,7 +61,8 @@ class Block final : public LayerBase {
 
  private:
   // Activations by value, moved in at their last use, so each is freed when no op needs it.
-  at::Tensor body(const at::Tensor& x, bool checkpoint_core);
+  // `selective`: the run's recompute modules are recomputed (modules_ holds them meanwhile).
+  at::Tensor body(const at::Tensor& x, bool selective);
   at::Tensor attention(at::Tensor x, bool checkpoint_core);
   at::Tensor core(at::Tensor q, at::Tensor k, at::Tensor v);
   at::Tensor mlp(at::Tensor x);  // the dense MLP, or the mixture of experts
@@ -74,6 +75,8 @@ class Block final : public LayerBase {
   // tokens live in gather_buffer_ (Megatron's global memory buffer, outside the activations).
   at::Tensor moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map);
   at::Tensor moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map);
+  // The rank's experts on their rows: grouped fc1, the weighted SwiGLU, grouped fc2.
+  at::Tensor experts(at::Tensor rows, at::Tensor row_probs);
   void init_moe_params();
 
   ops::AttnDims dims_;
@@ -86,6 +89,14 @@ class Block final : public LayerBase {
   ops::LinearParams router_, shared_fc1_, shared_fc2_, shared_gate_, experts_fc1_, experts_fc2_;
   at::Tensor gather_buffer_;
   ops::Region core_region_, block_region_;
+  // Megatron's --recompute-modules under selective recompute (BlockRun::recompute_modules): the
+  // modules the forward running now recomputes, the regions its checkpoints replay, and the
+  // CheckpointWithoutOutput states whose backward has not run yet.
+  uint32_t modules_ = 0;
+  ops::Region mlp_region_, moe_region_, shared_region_;
+  std::vector<std::shared_ptr<ops::CheckpointWithoutOutput::State>> without_output_;
+  // Runs `region` on `inputs` as a CheckpointWithoutOutput whose state this block keeps.
+  ops::CheckpointWithoutOutput without_output(ops::Region region, std::vector<at::Tensor> inputs, at::Tensor& out);
 };
 
 // The embedding (lower_embedding): vocab lookup, learned positions (GPT), dropout. Its input is

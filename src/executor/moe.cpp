@@ -600,7 +600,8 @@ at::Tensor Block::moe(at::Tensor x) {
   // The shared expert first (MoELayer without --moe-shared-expert-overlap), maybe gated.
   at::Tensor shared;
   if (m.shared_expert_ffn_hidden_size > 0) {
-    shared = dense_mlp(x, shared_fc1_, shared_fc2_, "shared_expert");
+    shared = modules_ & spec::kRecomputeSharedExperts ? ops::checkpoint(shared_region_, {x})[0]
+                                                      : dense_mlp(x, shared_fc1_, shared_fc2_, "shared_expert");
     if (m.shared_expert_gate) {
       auto logit = ops::linear(x, shared_gate_, id("shared_expert.gate"));
       shared = ops::sigmoid_gate(std::move(logit), std::move(shared), id("shared_expert.gated"));
@@ -638,13 +639,29 @@ at::Tensor Block::moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map) {
     relay(rows, RowMove::kSortChunks, "moe.sort_chunks");
     relay(row_probs, RowMove::kSortChunks, "moe.sort_chunks_probs");
   }
-  rows = ops::grouped_linear(std::move(rows), experts_fc1_, id("moe.experts.fc1"));
-  rows = ops::weighted_swiglu(std::move(rows), std::move(row_probs), id("moe.experts.swiglu"));
-  rows = ops::grouped_linear(std::move(rows), experts_fc2_, id("moe.experts.fc2"));
+  rows = experts(std::move(rows), std::move(row_probs));
   if (sort) relay(rows, RowMove::kUnsortChunks, "moe.unsort_chunks");
   if (moe_.etp > 1) relay(rows, RowMove::kReduceScatter, "moe.combine_scatter");
   if (moe_.ep > 1) relay(rows, RowMove::kAllToAll, "moe.combine_a2a");
   return ops::moe_unpermute(std::move(rows), std::move(indices), s, b, id("moe.unpermute"));
+}
+
+at::Tensor Block::experts(at::Tensor rows, at::Tensor row_probs) {
+  rows = ops::grouped_linear(std::move(rows), experts_fc1_, id("moe.experts.fc1"));
+  if (!(modules_ & spec::kRecomputeMoeAct)) {
+    rows = ops::weighted_swiglu(std::move(rows), std::move(row_probs), id("moe.experts.swiglu"));
+    return ops::grouped_linear(std::move(rows), experts_fc2_, id("moe.experts.fc2"));
+  }
+  // "moe_act" (TEGroupedMLP's activation_checkpoint): restored when the gradient reaches fc2's output.
+  at::Tensor act;
+  auto ck = without_output(
+      [this](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{ops::weighted_swiglu(in[0], in[1], id("moe.experts.swiglu"))};
+      },
+      {std::move(rows), std::move(row_probs)}, act);
+  auto out = ops::grouped_linear(std::move(act), experts_fc2_, id("moe.experts.fc2"));
+  ck.discard_output_and_restore_at(out);
+  return out;
 }
 
 at::Tensor Block::moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map) {
@@ -667,9 +684,7 @@ at::Tensor Block::moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map) 
   at::Tensor rows = std::move(permuted[0]), indices = std::move(permuted[1]);
   permuted.clear();
   auto row_probs = ops::moe_probs_select(std::move(local_probs), std::move(local_map), id("moe.probs_select"));
-  rows = ops::grouped_linear(std::move(rows), experts_fc1_, id("moe.experts.fc1"));
-  rows = ops::weighted_swiglu(std::move(rows), std::move(row_probs), id("moe.experts.swiglu"));
-  rows = ops::grouped_linear(std::move(rows), experts_fc2_, id("moe.experts.fc2"));
+  rows = experts(std::move(rows), std::move(row_probs));
   auto full = ops::moe_unpermute_gathered(std::move(rows), std::move(indices), G, id("moe.unpermute"));
   if (gather) full = ops::moe_rows(std::move(full), RowMove::kReduceScatterTpEp, moe_, id("moe.combine_scatter"));
   return full.view({s, b, h});

@@ -444,6 +444,13 @@ std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::Tr
                            ? "torchtitan b5bcd76c's float8 recipes are rowwise, and torchao all-gathers float8 "
                              "weights (enable_fsdp_float8_all_gather) with tensorwise scaling only"
                            : "Megatron-DeepSpeed has no FP8 parameters"});
+  if (t && t->recompute_modules != spec::kRecomputeCoreAttn && e != Engine::kMegatron &&
+      p.recompute == Recompute::kSelective)
+    reasons.push_back({"training.recompute_modules",
+                       e == Engine::kTorchtitan ? "names Megatron-LM's modules; torchtitan's selective recompute is its "
+                                                  "op-level policy"
+                                                : "names Megatron-LM's modules; Megatron-DeepSpeed recomputes the "
+                                                  "attention core only (--recompute-granularity selective)"});
   if (t && t->mtp_layers > 0 && e != Engine::kMegatron)
     reasons.push_back({"training.mtp_layers", e == Engine::kTorchtitan
                                                   ? "torchtitan b5bcd76c trains no multi-token prediction modules"

@@ -11,7 +11,9 @@ std::string render_options(const std::vector<Option>& options) {
   for (size_t i = 0; i < options.size(); ++i) {
     const auto& o = options[i];
     out += o.name;
-    if (o.value) {
+    if (o.value && o.several) {
+      out += " " + *o.value;  // names, each a plain word
+    } else if (o.value) {
       // Quote what a shell would split or expand; layouts hold '|' and '*'.
       const bool plain = o.value->find_first_of(" \t\n'\"\\|*()$`;&<>") == std::string::npos && !o.value->empty();
       out += plain ? " " + *o.value : " '" + *o.value + "'";
@@ -40,6 +42,7 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (moe_pad_to_capacity) base.moe_pad_to_capacity = *moe_pad_to_capacity;
   if (moe_dispatcher) base.moe_dispatcher = *moe_dispatcher;
   if (mtp_layers) base.mtp_layers = *mtp_layers;
+  if (recompute_modules) base.recompute_modules = *recompute_modules;
   if (!base.fp8_training()) base.fp8_param_gather = false;  // FP8 weights only in FP8 training
   return base;
 }
@@ -73,6 +76,9 @@ std::string number_text(double v) { return fmt::format("{}", v); }
 void add(std::vector<Option>& out, std::string name) { out.push_back({std::move(name), std::nullopt}); }
 void add(std::vector<Option>& out, std::string name, int64_t value) {
   out.push_back({std::move(name), std::to_string(value)});
+}
+void add(std::vector<Option>& out, std::string name, const std::vector<std::string>& values) {
+  out.push_back({std::move(name), join(values, " "), true});
 }
 void add(std::vector<Option>& out, std::string name, std::string value) {
   out.push_back({std::move(name), std::move(value)});

@@ -18,6 +18,8 @@ std::string number_text(double v);
 void add(std::vector<Option>& out, std::string name);
 void add(std::vector<Option>& out, std::string name, int64_t value);
 void add(std::vector<Option>& out, std::string name, std::string value);
+// An option taking several arguments (argparse's nargs): "--recompute-modules layernorm moe_act".
+void add(std::vector<Option>& out, std::string name, const std::vector<std::string>& values);
 // Precision, optimizer and dropout flags, spelled the same by Megatron-LM and Megatron-DeepSpeed.
 void add_training_flags(std::vector<Option>& out, const spec::TrainingSpec& t);
 

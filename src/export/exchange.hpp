@@ -21,6 +21,7 @@ namespace mist::engines {
 struct Option {
   std::string name;
   std::optional<std::string> value;
+  bool several = false;  // value holds several arguments, separated by spaces (argparse's nargs)
   bool operator==(const Option&) const = default;
 };
 
@@ -72,6 +73,7 @@ struct TrainingOverrides {
   std::optional<bool> moe_pad_to_capacity;
   std::optional<spec::MoeDispatcher> moe_dispatcher;  // Megatron-LM's --moe-token-dispatcher-type
   std::optional<int64_t> mtp_layers;  // Megatron-LM's --mtp-num-layers (absent: 0)
+  std::optional<uint32_t> recompute_modules;  // Megatron-LM's --recompute-modules (spec::RecomputeModule bits)
   // `base` with the stated settings replacing its own.
   spec::TrainingSpec applied_to(spec::TrainingSpec base) const;
 };

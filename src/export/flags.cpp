@@ -87,6 +87,10 @@ Result<Flags> Flags::parse_tokens(const std::vector<std::string>& tokens, std::s
     }
     if (!spec->takes_value) {
       if (value) return fail(name, fmt::format("is a switch and takes no value, got '{}'", *value));
+    } else if (spec->several && !value) {
+      std::vector<std::string> words;
+      while (i + 1 < tokens.size() && !is_flag(tokens[i + 1])) words.push_back(tokens[++i]);
+      value = join(words, " ");
     } else if (!value) {
       if (i + 1 >= tokens.size() || is_flag(tokens[i + 1])) return fail(name, "expects a value");
       value = tokens[++i];
@@ -139,6 +143,19 @@ Result<std::optional<std::string>> Flags::choice(std::string_view name,
 std::optional<std::string> Flags::string(std::string_view name) const {
   auto it = values_.find(std::string(name));
   return it == values_.end() ? std::nullopt : it->second;
+}
+
+std::optional<std::vector<std::string>> Flags::words(std::string_view name) const {
+  auto it = values_.find(std::string(name));
+  if (it == values_.end()) return std::nullopt;
+  std::vector<std::string> out;
+  const std::string& s = it->second.value_or("");
+  for (size_t i = 0; i < s.size();) {
+    const size_t end = std::min(s.find(' ', i), s.size());
+    if (end > i) out.push_back(s.substr(i, end - i));
+    i = end + 1;
+  }
+  return out;
 }
 
 }  // namespace mist::engines

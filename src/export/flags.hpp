@@ -23,6 +23,7 @@ Result<std::vector<std::string>> split_command_line(std::string_view text, const
 struct FlagSpec {
   std::string_view name;  // "--micro-batch-size"
   bool takes_value;
+  bool several = false;  // takes every argument up to the next flag, none included (argparse's nargs='*')
 };
 
 class Flags {
@@ -39,6 +40,8 @@ class Flags {
   Result<std::optional<double>> number(std::string_view name, double lo, double hi) const;
   Result<std::optional<std::string>> choice(std::string_view name, std::initializer_list<std::string_view> allowed) const;
   std::optional<std::string> string(std::string_view name) const;
+  // The arguments of a FlagSpec::several flag, if given (an empty list when it has none).
+  std::optional<std::vector<std::string>> words(std::string_view name) const;
   // Flags given that `known` did not list, in order of appearance.
   const std::vector<std::string>& unknown() const { return unknown_; }
 

@@ -42,7 +42,7 @@ constexpr std::array<FlagSpec, 81> kFlags{{
     {"--recompute-method", true},
     {"--recompute-num-layers", true},
     {"--recompute-activations", false},
-    {"--recompute-modules", true},
+    {"--recompute-modules", true, true},
     {"--use-distributed-optimizer", false},
     {"--overlap-grad-reduce", false},
     {"--overlap-param-gather", false},
@@ -425,6 +425,8 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   const int64_t n = megatron_recompute_count(p);
   if (p.recompute == plan::Recompute::kSelective) {
     add(o, "--recompute-granularity", std::string("selective"));
+    if (t.recompute_modules != spec::kRecomputeCoreAttn)
+      add(o, "--recompute-modules", spec::recompute_module_names(t.recompute_modules));
   } else if (n > 0) {
     add(o, "--recompute-granularity", std::string("full"));
     add(o, "--recompute-method", std::string("block"));
@@ -632,8 +634,22 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   if (granularity == "selective") {
     if (count) return fail("--recompute-num-layers", "must not be given with --recompute-granularity selective");
     p.recompute = plan::Recompute::kSelective;
-    if (auto mods = f.string("--recompute-modules"); mods && *mods != "core_attn")
-      out.notes.push_back("--recompute-modules: mist models selective recompute of the attention core only");
+    if (const auto mods = f.words("--recompute-modules")) {
+      uint32_t bits = 0;
+      for (const auto& name : *mods) {
+        const uint32_t bit = spec::recompute_module_bit(name);
+        if (!bit)
+          return fail("--recompute-modules",
+                      fmt::format("'{}' is not one of Megatron-LM's modules ({})", name,
+                                  join(spec::recompute_module_names(~0u))));
+        bits |= bit;
+      }
+      if (bits == 0) {
+        p.recompute = plan::Recompute::kNone;
+        out.notes.push_back("--recompute-modules lists no module: the selective recompute recomputes nothing");
+      }
+      if (bits) out.training.recompute_modules = bits;
+    }
   } else if (granularity == "full") {
     if (!method) return fail("--recompute-method", "full recompute needs --recompute-method block or uniform");
     if (!count) return fail("--recompute-num-layers", "full recompute needs --recompute-num-layers");

@@ -8,6 +8,7 @@
 
 #include "graph/layer.hpp"
 #include "spec/model.hpp"
+#include "spec/training.hpp"
 
 namespace mist::graph::detail {
 
@@ -48,6 +49,15 @@ class LayerBuilder {
     for (size_t i = first_op; i < layer_.ops.size(); ++i) layer_.ops[i].name = prefix + layer_.ops[i].name;
     for (size_t i = first_tensor; i < layer_.tensors.size(); ++i)
       layer_.tensors[i].name = prefix + layer_.tensors[i].name;
+  }
+  // Ops [first, last) belong to Megatron's recompute module `module` (Op::modules).
+  void module_range(size_t first, size_t last, uint32_t module) {
+    for (size_t i = first; i < last; ++i) layer_.ops[i].modules |= module;
+  }
+  void module_since(size_t first_op, uint32_t module) { module_range(first_op, layer_.ops.size(), module); }
+  // Ops [first, last) are restored when the backward reaches op `at` (Op::restore_at).
+  void restore_at(size_t first, size_t last, size_t at) {
+    for (size_t i = first; i < last; ++i) layer_.ops[i].restore_at = static_cast<int>(at);
   }
   Layer done(int input, int output) {
     layer_.input = input;

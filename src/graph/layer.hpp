@@ -99,6 +99,15 @@ struct Op {
   int stream_kernels = 1;                   // kernels a memory-bound op runs per pass (eager: one per step)
   bool attention_core = false;              // Megatron's attention core (scores, softmax, dropout)
   bool selective_recompute = false;         // recomputed in backward under the plan's selective recompute
+  // Megatron's recompute modules (spec::RecomputeModule bits) the op belongs to; the attention
+  // core's is attention_core.
+  uint32_t modules = 0;
+  // Recomputed as Megatron's CheckpointWithoutOutput (LoweringOptions::recompute_modules: layernorm,
+  // moe_act, mla_up_proj): after the forward the op's outputs are freed although later ops saved
+  // them; when the backward reaches op `restore_at` (the module whose output carries the hook) the
+  // op's forward replays and its outputs are copied back into their storages.
+  bool recompute_without_output = false;
+  int restore_at = -1;
   bool backward_in_place = false;           // input grad overwrites the saved tensor (Megatron's CE)
   TpComm fwd_comm, bwd_comm;                // collective after the op (fwd) / before its grad (bwd)
   TpComm bwd_regather;                      // a saved input shard gathered again for the weight gradient
@@ -132,7 +141,8 @@ enum class LayerKind { kEmbedding, kBlock, kHead };
 // marks the ops it recomputes (Op::selective_recompute).
 enum class SelectivePolicy {
   // Megatron-LM (--recompute-granularity selective): the attention core is recomputed, inside a
-  // checkpoint that keeps its inputs; every other op keeps what it saves.
+  // checkpoint that keeps its inputs; every other op keeps what it saves. With --recompute-modules
+  // the modules listed instead (LoweringOptions::recompute_modules).
   kAttentionCore,
   // torchtitan's op-level policy (selective_ac_option = "op", parallelize_llama.py _save_list): the
   // whole block is a checkpoint that keeps the outputs of the attention kernel and of every other
@@ -189,6 +199,9 @@ struct LoweringOptions {
   // what a fused kernel keeps (eager_elementwise off); the embedding and the head stay eager.
   bool compiled_blocks = false;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;  // the blocks' policy
+  // Under kAttentionCore: the modules Megatron's selective recompute runs again
+  // (spec::RecomputeModule bits, TrainingSpec::recompute_modules; the default: the attention core).
+  uint32_t recompute_modules = 1;
   // Without flash attention the softmax is Megatron's FusedScaleMaskSoftmax (Megatron-LM and
   // Megatron-DeepSpeed), with its rule for when the fused kernel runs (Op::softmax_batches).
   bool megatron_softmax = true;

@@ -2,6 +2,7 @@
 // (liveness.cpp) and the concrete allocation trace (layer_trace.cpp). Internal to graph/.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -66,6 +67,10 @@ struct Grads {
   }
 };
 
+// Trace keys of the outputs CheckpointWithoutOutput copies back (Backward::restored): the storage's
+// id above this (the replay's own copy keeps the id itself).
+constexpr int kRestoredKey = 1 << 23;
+
 struct Walk {
   const Layer& L;
   const sym::Bindings& dims;
@@ -112,6 +117,29 @@ struct Walk {
     return read;
   }
 
+  bool without_output(const Op& op) const { return op.selective_recompute && op.recompute_without_output; }
+
+  // Whether an op outside [first, last] saves storage s (a module's output its consumers keep).
+  bool saved_outside(int first, int last, int s) const {
+    for (int j = 0; j < static_cast<int>(L.ops.size()); ++j)
+      if (j < first || j > last)
+        for (int t : L.ops[j].saved)
+          if (storage(t) == s) return true;
+    return false;
+  }
+
+  // Ops j-1 and j belong to one recomputed run: both recomputed, alike (a checkpoint, or restored
+  // without output at the same op).
+  bool same_run(int j) const {
+    const Op &a = L.ops[j - 1], &b = L.ops[j];
+    return a.selective_recompute && b.selective_recompute && a.recompute_without_output == b.recompute_without_output &&
+           (!a.recompute_without_output || a.restore_at == b.restore_at);
+  }
+  int run_first(int i) const {
+    while (i > 0 && same_run(i)) --i;
+    return i;
+  }
+
   std::set<int> saved_storages(bool selective) const {
     if (selective && whole_layer_policy()) {
       std::set<int> out = kept_outputs();
@@ -132,6 +160,11 @@ struct Walk {
       }
       for (int t : op.saved) out.insert(storage(t));
     }
+    // CheckpointWithoutOutput frees its outputs although their consumers saved them.
+    if (selective)
+      for (const auto& op : L.ops)
+        if (without_output(op))
+          for (int t : op.outputs) out.erase(storage(t));
     return out;
   }
 
@@ -146,6 +179,15 @@ struct Walk {
     std::map<int, int> last_use;
     for (int i = first; i <= last; ++i)
       for (int t : L.ops[i].inputs) last_use[storage(t)] = i;
+    // An output restored later (Op::restore_at) is freed only once the module holding the hook
+    // has run (discard_output_and_register_recompute follows it), if its consumers saved it.
+    for (int i = first; i <= last; ++i) {
+      const Op& op = L.ops[i];
+      if (!without_output(op) || op.restore_at <= i) continue;
+      for (int t : op.outputs)
+        if (!is_view(t) && saved_outside(i, i, storage(t)))
+          last_use[storage(t)] = std::max(last_use[storage(t)], std::min(op.restore_at, last));
+    }
     std::set<int> live = cached;
     for (int i = first; i <= last; ++i) {
       const Op& op = L.ops[i];
@@ -186,6 +228,10 @@ struct Walk {
 
   struct Backward {
     std::set<int> live_saved;      // saved storages not yet released
+    // Outputs restored without output (Op::restore_at): the copy back in the storage their
+    // consumers saved, released after the earliest such consumer's backward (the replay's own copy
+    // is in live_saved until the module's backward).
+    std::map<int, int> restored;   // storage -> op index after whose backward it is released
     std::map<int, int> last_saver;  // storage -> op index after whose backward it is released
     std::set<int> aliased;          // gradients living in a saved storage (in-place backward)
     std::set<int> pinned;           // gradients kept past their producer (a checkpoint's output)
@@ -235,6 +281,7 @@ struct Walk {
     } else {
       std::vector<Expr> now = B.grads.sizes();
       now.push_back(total(B.live_saved));
+      now.push_back(restored_bytes(B));
       now.push_back(extra);
       now.insert(now.end(), transient.begin(), transient.end());
       B.steps.push_back(sym::sum(now));
@@ -256,6 +303,56 @@ struct Walk {
       if (done && rec) rec->free(*it);
       it = done ? B.live_saved.erase(it) : std::next(it);
     }
+    for (auto it = B.restored.begin(); it != B.restored.end();) {
+      const bool done = it->second >= i;
+      if (done && rec) rec->free(kRestoredKey + it->first);
+      it = done ? B.restored.erase(it) : std::next(it);
+    }
+  }
+
+  Expr restored_bytes(const Backward& B) const {
+    std::vector<Expr> v;
+    for (const auto& [st, at] : B.restored) v.push_back(bytes(st));
+    return sym::sum(v);
+  }
+
+  // Megatron's CheckpointWithoutOutput when the gradient reaches op `at`: each run restored there
+  // (in forward order) replays its forward with grad, keeping what its ops save and its outputs
+  // (until the run's own backward), and copies the outputs its consumers saved back into their
+  // storages (B.restored).
+  void restore_runs(int at, Backward& B) const {
+    const int n = static_cast<int>(L.ops.size());
+    for (int first = 0; first < n; ++first) {
+      if (!without_output(L.ops[first]) || L.ops[first].restore_at != at || (first > 0 && same_run(first))) continue;
+      int last = first;
+      while (last + 1 < n && same_run(last + 1)) ++last;
+      std::set<int> keep, outputs;
+      for (int j = first; j <= last; ++j) {
+        for (int t : L.ops[j].saved) keep.insert(storage(t));
+        for (int t : L.ops[j].outputs)
+          if (!is_view(t)) keep.insert(t), outputs.insert(t);
+      }
+      std::vector<Expr> under;
+      if (!rec) {
+        under = B.grads.sizes();
+        under.push_back(total(B.live_saved));
+        under.push_back(restored_bytes(B));
+      }
+      std::set<int> kept;
+      forward_steps(first, last, keep, -1, sym::sum(under), B.steps, &kept);
+      for (int st : kept)
+        if (B.live_saved.insert(st).second) B.last_saver[st] = first;
+      for (int st : outputs) {
+        int consumer = -1;  // the earliest op after the run that saves it
+        for (int j = last + 1; j < n && consumer < 0; ++j)
+          for (int t : L.ops[j].saved)
+            if (storage(t) == st) consumer = j;
+        if (consumer < 0 || B.restored.count(st)) continue;
+        B.restored[st] = consumer;
+        if (rec) rec->alloc(kRestoredKey + st, st);
+        else B.steps.push_back(sym::sum({sym::sum(B.grads.sizes()), total(B.live_saved), restored_bytes(B)}));
+      }
+    }
   }
 
   // With `recompute_core` (selective recompute) the attention core runs as Megatron's
@@ -273,8 +370,7 @@ struct Walk {
     for (int i = n - 1; i >= 0; --i) {
       const Op& op = L.ops[i];
       if (recompute_core && op.selective_recompute) {
-        int first = i;
-        while (first > 0 && L.ops[first - 1].selective_recompute) --first;
+        const int first = run_first(i);
         for (int t : op.inputs)
           if (saved.count(storage(t))) B.last_saver[storage(t)] = first;
         continue;
@@ -285,12 +381,12 @@ struct Walk {
     }
     B.grads.bind(L.output, B.grads.alloc(bytes(L.output)));
     for (int i = n - 1; i >= 0; --i) {
-      if (!(recompute_core && L.ops[i].selective_recompute)) {
+      if (recompute_core) restore_runs(i, B);
+      if (!(recompute_core && L.ops[i].selective_recompute) || without_output(L.ops[i])) {
         backward_op(i, B, Expr(0.0));
         continue;
       }
-      int first = i;
-      while (first > 0 && L.ops[first - 1].selective_recompute) --first;
+      const int first = run_first(i);
       recompute_region(first, i, B);
       i = first;
     }

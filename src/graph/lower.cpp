@@ -493,12 +493,33 @@ int block_ops(LayerBuilder& B, int x, const ModelSpec& m, double work, bool dens
     y = dropout(B, "dropout", y, region_elems);
     return residual_add(B, "residual", x, y);
   }
+  // Megatron's recompute modules (Op::modules). Transformer Engine fuses a norm into the linear that
+  // reads it (TELayerNormColumnParallelLinear): the input norm into the QKV projection, the pre-MLP
+  // norm into fc1 (inside the "mlp" module). Latent attention's input norm (two down projections
+  // read it) and an MoE block's pre-MLP norm are TENorm modules of their own: "layernorm", whose
+  // output is restored when the gradient reaches the attention's or the MLP's output.
+  const size_t ln1 = B.op_count();
   int x1 = norm(B, "ln1", x, m.norm, m);
+  const size_t attn = B.op_count();
   int ya = m.is_mla() ? mla_attention(B, x1, m, work) : attention(B, x1, m, work);
+  if (m.is_mla()) {
+    B.module_range(ln1, attn, spec::kRecomputeLayernorm);
+    B.restore_at(ln1, attn, B.op_count() - 1);
+  }
   ya = dropout(B, "attn.dropout_out", ya, region_elems);
   int r1 = residual_add(B, "residual1", x, ya);
+  const bool moe = m.is_moe() && !dense_mlp;
+  const size_t ln2 = B.op_count();
   int x2 = norm(B, "ln2", r1, m.norm, m);
-  int ym = m.is_moe() && !dense_mlp ? moe_mlp(B, x2, m) : mlp(B, x2, m, "mlp", S().f);
+  const size_t mlp_first = B.op_count();
+  int ym = moe ? moe_mlp(B, x2, m) : mlp(B, x2, m, "mlp", S().f);
+  if (moe) {
+    B.module_since(mlp_first, spec::kRecomputeMoe);
+    B.module_range(ln2, mlp_first, spec::kRecomputeLayernorm);
+    B.restore_at(ln2, mlp_first, B.op_count() - 1);
+  } else {
+    B.module_since(ln2, spec::kRecomputeMlp);
+  }
   ym = dropout(B, "mlp.dropout_out", ym, region_elems);
   return residual_add(B, "residual2", r1, ym);
 }
@@ -698,6 +719,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.moe_load_padded = training.moe_pad_to_capacity;
   o.moe_allgather = training.moe_dispatcher == spec::MoeDispatcher::kAllGather;
   o.mtp_layers = static_cast<int>(training.mtp_layers);
+  o.recompute_modules = training.recompute_modules;
   // Current scaling (tensorwise, rowwise) computes each operand's amax in a pass before the cast.
   o.fp8_cast_bytes =
       training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;
@@ -714,12 +736,16 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   return o;
 }
 
-void mark_selective_recompute(Layer& layer, SelectivePolicy policy) {
+void mark_selective_recompute(Layer& layer, SelectivePolicy policy, uint32_t modules) {
   layer.selective = policy;
   int matmuls = 0;
   for (Op& op : layer.ops) {
     if (policy == SelectivePolicy::kAttentionCore) {
-      op.selective_recompute = op.attention_core;
+      // A module under a checkpoint (core_attn, mlp, moe, shared_experts) keeps its inputs; one
+      // without its output only where no such module holds it (moe_act inside a recomputed moe).
+      const uint32_t chosen = (op.modules | (op.attention_core ? spec::kRecomputeCoreAttn : 0u)) & modules;
+      op.selective_recompute = chosen != 0;
+      op.recompute_without_output = chosen != 0 && (chosen & ~spec::kRecomputeWithoutOutput) == 0;
       continue;
     }
     // aten.mm: the linears (the attention's bmm, without flash attention, is not on the list).
@@ -763,16 +789,16 @@ LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringO
     lm.dense_block = lower_block(m, block_opts, attention_work(m, seq_length), true);
     lm.dense_block.compiled = opts.compiled_blocks;
     lm.dense_blocks = m.first_dense_layers;
-    mark_selective_recompute(lm.dense_block, opts.selective);
+    mark_selective_recompute(lm.dense_block, opts.selective, opts.recompute_modules);
   }
   // The LM head stays bf16 (Megatron's output layer is not a TE linear; torchtitan's float8
   // converter skips "output"); lower_head keeps FP8 for its multi-token prediction blocks only.
   // The head stays eager under torch.compile (multi-token prediction is Megatron-LM's alone).
   lm.head = lower_head(m, opts, attention_work(m, seq_length));
   // The engines checkpoint blocks only: the embedding and the head keep what they save.
-  mark_selective_recompute(lm.embedding, SelectivePolicy::kAttentionCore);
-  mark_selective_recompute(lm.block, opts.selective);
-  mark_selective_recompute(lm.head, SelectivePolicy::kAttentionCore);
+  mark_selective_recompute(lm.embedding, SelectivePolicy::kAttentionCore, opts.recompute_modules);
+  mark_selective_recompute(lm.block, opts.selective, opts.recompute_modules);
+  mark_selective_recompute(lm.head, SelectivePolicy::kAttentionCore, opts.recompute_modules);
   lm.num_blocks = m.num_layers;
   lm.embedding_copy_params = m.tie_word_embeddings || opts.mtp_layers > 0 ? S().V * S().h / S().t : Expr(0.0);
   lm.dims = {{"s", static_cast<double>(seq_length)},

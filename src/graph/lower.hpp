@@ -13,7 +13,8 @@ LoweredModel lower(const spec::ModelSpec& model, int64_t seq_length, const Lower
 // The options of `engine`'s implementation of the model (Megatron-LM and DeepSpeed lower alike).
 LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequence_parallel,
                                  spec::Engine engine = spec::Engine::kMegatron);
-// Marks the ops `policy` recomputes under selective recompute (lower() does it for every layer).
-void mark_selective_recompute(Layer& layer, SelectivePolicy policy);
+// Marks the ops `policy` recomputes under selective recompute (lower() does it for every layer);
+// `modules`: Megatron's recompute modules under kAttentionCore (spec::RecomputeModule bits).
+void mark_selective_recompute(Layer& layer, SelectivePolicy policy, uint32_t modules = spec::kRecomputeCoreAttn);
 
 }  // namespace mist::graph

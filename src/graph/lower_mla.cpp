@@ -26,10 +26,15 @@ int mla_attention(LayerBuilder& B, int x, const spec::ModelSpec& m, double work)
 
   // Query: down to r_q on the local tokens, norm, up to a·(d_n + d_r) (column-parallel); without a
   // bottleneck, one column-parallel projection from h.
+  // "mla_up_proj" (MLASelfAttention's qkv_up_checkpoint): the normed up projections and the rotary
+  // kernels, restored when the gradient reaches the attention core's output.
+  std::vector<size_t> up_proj;
   int q = -1;
   if (m.q_lora_rank > 0) {
     int qc = replicated_linear(B, "attn.q_down", x, s.h, rq);
+    up_proj.push_back(B.op_count());
     int qn = norm(B, "attn.q_norm", qc, spec::Norm::kRmsNorm, m, rq);
+    up_proj.push_back(B.op_count());
     q = column_linear(B, "attn.q_up", qn, rq, heads * dqk, Expr(0.0));
   } else {
     q = column_linear(B, "attn.q_proj", x, s.h, heads * dqk, Expr(0.0));
@@ -52,7 +57,9 @@ int mla_attention(LayerBuilder& B, int x, const spec::ModelSpec& m, double work)
     g.bytes_written = Expr(0.0);
     k_rope = gathered;
   }
+  up_proj.push_back(B.op_count());
   int kvn = norm(B, "attn.kv_norm", latent, spec::Norm::kRmsNorm, m, rkv);
+  up_proj.push_back(B.op_count());
   int kv = column_linear(B, "attn.kv_up", kvn, rkv, heads * (dn + dv), Expr(0.0));
 
   // The fused rotary kernels: the query, key and value the attention kernel takes, new tensors,
@@ -61,6 +68,7 @@ int mla_attention(LayerBuilder& B, int x, const spec::ModelSpec& m, double work)
   const Expr v_bytes = tokens * heads * dv * w(o);
   int query = B.tensor("attn.query", q_bytes), key = B.tensor("attn.key", q_bytes);
   int value = B.tensor("attn.value", v_bytes);
+  up_proj.push_back(B.op_count());
   Op& r = B.op("attn.rotary", OpKind::kRotary, {q, kv, k_rope}, {query, key, value}, {});
   r.stream_kernels = 2;  // one for the query, one for the key and value
   r.fwd_flops = 3 * tokens * (heads + 1) * dr;
@@ -82,6 +90,10 @@ int mla_attention(LayerBuilder& B, int x, const spec::ModelSpec& m, double work)
   core.bwd_flops = 5 * full * (dqk + dv);
   core.bytes_read = 2 * q_bytes + v_bytes;
   core.bytes_written = out_bytes;
+  for (size_t i : up_proj) {
+    B.module_range(i, i + 1, spec::kRecomputeMlaUpProj);
+    B.restore_at(i, i + 1, B.op_count() - 1);
+  }
   return row_linear(B, "attn.proj", ctx, heads * dv, false);
 }
 

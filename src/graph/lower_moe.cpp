@@ -76,7 +76,12 @@ int experts(LayerBuilder& B, int tokens, int row_probs, const Expr& rows, const 
   glu.bwd_flops = 10 * act;
   glu.bytes_read = 2 * act * w(o) + rows * w(o);
   glu.bytes_written = act * w(o);
-  return grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.etp, s.h, local_experts, fc2_bias);
+  // "moe_act" (TEGroupedMLP's activation_checkpoint): restored when the gradient reaches fc2's output.
+  const size_t act_op = B.op_count() - 1;
+  B.module_range(act_op, act_op + 1, spec::kRecomputeMoeAct);
+  const int out = grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.etp, s.h, local_experts, fc2_bias);
+  B.restore_at(act_op, act_op + 1, B.op_count() - 1);
+  return out;
 }
 
 // Megatron-LM's MoEAllGatherTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py at
@@ -171,7 +176,9 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   // sigmoid(x·w_gate) (Qwen2-MoE), which keeps the MLP's output and the gate's score.
   int shared = -1;
   if (m.shared_expert_ffn_hidden_size > 0) {
+    const size_t first = B.op_count();
     shared = mlp(B, x, m, "shared_expert", constant(m.shared_expert_ffn_hidden_size));
+    B.module_since(first, spec::kRecomputeSharedExperts);  // SharedExpertMLP's checkpoint: its gate stays out
     if (m.shared_expert_gate) {
       int gate = replicated_linear(B, "shared_expert.gate", x, S().h, Expr(1.0));
       int score = B.tensor("shared_expert.gate.score", local * w(o));

@@ -195,6 +195,18 @@ Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec
                 : t.moe_dispatcher != spec::MoeDispatcher::kAllToAll ? "training.moe_token_dispatcher"
                                                                      : "training.moe_load_imbalance",
                 fmt::format("describes how a mixture of experts routes its tokens; {} has no experts", m.name));
+  if (const uint32_t moe = t.recompute_modules & (spec::kRecomputeMoe | spec::kRecomputeMoeAct |
+                                                   spec::kRecomputeSharedExperts);
+      moe && !m.is_moe())
+    return fail("training.recompute_modules",
+                fmt::format("names \"{}\", a module of a mixture of experts; {} has no experts",
+                            spec::recompute_module_names(moe).front(), m.name));
+  if ((t.recompute_modules & spec::kRecomputeSharedExperts) && m.is_moe() && m.shared_expert_ffn_hidden_size == 0)
+    return fail("training.recompute_modules", fmt::format("names \"shared_experts\"; {} has no shared expert", m.name));
+  if ((t.recompute_modules & spec::kRecomputeMlaUpProj) && !m.is_mla())
+    return fail("training.recompute_modules",
+                fmt::format("names \"mla_up_proj\", the up projections of multi-latent attention; {} has none "
+                            "(Megatron-LM refuses it too)", m.name));
   if (t.mtp_layers > 0 && m.positions == spec::Positions::kLearned)
     return fail("training.mtp_layers",
                 fmt::format("multi-token prediction runs with rotary or no position embeddings (Megatron-LM's "

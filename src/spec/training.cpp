@@ -2,6 +2,7 @@
 #include "spec/training.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,10 @@ constexpr int64_t kMaxSeqLength = 10'000'000;
 constexpr double kMaxMoeFactor = 64.0;
 // Multi-token prediction depths: DeepSeek-V3 trains one; Megatron-LM sets no bound.
 constexpr int64_t kMaxMtpLayers = 64;
+
+// Megatron's module names; the i-th is RecomputeModule bit 1 << i.
+constexpr std::string_view kRecomputeModules[] = {"core_attn", "layernorm",      "mlp",        "moe",
+                                                  "moe_act",   "shared_experts", "mla_up_proj"};
 
 Dtype parse_dtype(const std::string& s) {
   if (s == "fp32") return Dtype::kFp32;
@@ -40,7 +45,8 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "fp8_recipe", "optimizer",
                                     "flash_attention", "dropout", "grad_dtype", "compile",
                                     "fp8_param_gather", "moe_load_imbalance", "moe_capacity_factor",
-                                    "moe_pad_to_capacity", "moe_token_dispatcher", "mtp_layers"}));
+                                    "moe_pad_to_capacity", "moe_token_dispatcher", "mtp_layers",
+                                    "recompute_modules"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
   MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
@@ -65,6 +71,15 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_TRY(std::string dispatcher, f.choice_or("moe_token_dispatcher", "alltoall", {"alltoall", "allgather"}));
   t.moe_dispatcher = dispatcher == "allgather" ? MoeDispatcher::kAllGather : MoeDispatcher::kAllToAll;
   MIST_TRY(t.mtp_layers, f.integer_or("mtp_layers", 0, 0, kMaxMtpLayers));
+  if (f.has("recompute_modules")) {
+    MIST_TRY(auto modules, f.choices("recompute_modules", kRecomputeModules));
+    if (modules.empty())
+      return fail(f.field_path("recompute_modules"),
+                  "is empty: selective recompute needs at least one module (leave the field out for "
+                  "Megatron's default [\"core_attn\"])");
+    t.recompute_modules = 0;
+    for (const auto& name : modules) t.recompute_modules |= recompute_module_bit(name);
+  }
   MIST_TRY(std::string grad, f.choice_or("grad_dtype", "fp32", {"fp32", "fp16", "bf16"}));
   MIST_TRY(std::string optimizer, f.choice_or("optimizer", "adamw", {"adamw", "sgd"}));
   MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
@@ -105,6 +120,7 @@ Json training_to_json(const TrainingSpec& t) {
   if (t.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
   if (t.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_token_dispatcher"] = to_string(t.moe_dispatcher);
   if (t.mtp_layers > 0) j["mtp_layers"] = t.mtp_layers;
+  if (t.recompute_modules != kRecomputeCoreAttn) j["recompute_modules"] = recompute_module_names(t.recompute_modules);
   return j;
 }
 
@@ -142,6 +158,19 @@ const char* to_string(Fp8Recipe r) {
 }
 
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kAllGather ? "allgather" : "alltoall"; }
+
+std::vector<std::string> recompute_module_names(uint32_t mask) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < std::size(kRecomputeModules); ++i)
+    if (mask & (1u << i)) out.emplace_back(kRecomputeModules[i]);
+  return out;
+}
+
+uint32_t recompute_module_bit(std::string_view name) {
+  for (size_t i = 0; i < std::size(kRecomputeModules); ++i)
+    if (kRecomputeModules[i] == name) return 1u << i;
+  return 0;
+}
 
 std::string precision_name(const TrainingSpec& t) {
   return t.fp8_training() ? fmt::format("fp8 ({})", to_string(t.fp8)) : std::string(to_string(t.precision));

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/json_fields.hpp"
 #include "core/stated.hpp"
@@ -20,6 +22,22 @@ enum class Optimizer { kAdamW, kSgd };
 // How a mixture of experts moves tokens to their experts' ranks: Megatron-LM's all-to-all token
 // dispatcher, or its all-gather one (the default of --moe-token-dispatcher-type).
 enum class MoeDispatcher { kAllToAll, kAllGather };
+// Megatron-LM's --recompute-modules: what its selective recompute (a plan's "recompute":
+// "selective" under Megatron) runs again in backward, one bit each (TrainingSpec::recompute_modules).
+// Two kinds: a checkpoint keeps a module's inputs and replays it when its backward starts
+// (core_attn, mlp, moe, shared_experts); CheckpointWithoutOutput also frees the output its
+// consumers saved, and restores it when the gradient reaches the module named in graph::Op
+// (layernorm, moe_act, mla_up_proj).
+enum RecomputeModule : uint32_t {
+  kRecomputeCoreAttn = 1u << 0,       // the attention core (Megatron's default)
+  kRecomputeLayernorm = 1u << 1,      // norms Transformer Engine does not fuse into a linear
+  kRecomputeMlp = 1u << 2,            // a dense block's MLP, its fused norm included
+  kRecomputeMoe = 1u << 3,            // a whole MoE layer: router, dispatcher, experts, shared expert
+  kRecomputeMoeAct = 1u << 4,         // the routed experts' activation
+  kRecomputeSharedExperts = 1u << 5,  // the shared expert's MLP
+  kRecomputeMlaUpProj = 1u << 6,      // latent attention's up projections and rotary embedding
+};
+inline constexpr uint32_t kRecomputeWithoutOutput = kRecomputeLayernorm | kRecomputeMoeAct | kRecomputeMlaUpProj;
 
 struct TrainingSpec {
   int64_t global_batch_size = 0;  // sequences per iteration
@@ -54,6 +72,9 @@ struct TrainingSpec {
   // hidden state, one more block of the model's last kind and the shared LM head's loss, on the
   // last pipeline stage (graph::LoweringOptions::mtp_layers). 0: none, Megatron-LM's default.
   int64_t mtp_layers = 0;
+  // "recompute_modules": ["core_attn", "layernorm", ...] (RecomputeModule bits). A list replaces
+  // Megatron's default ["core_attn"], as --recompute-modules does.
+  uint32_t recompute_modules = kRecomputeCoreAttn;
 
   bool mixed_precision() const { return precision != Dtype::kFp32; }
   bool fp8_training() const { return fp8 != Fp8Recipe::kNone; }
@@ -75,6 +96,10 @@ const char* to_string(Dtype d);
 const char* to_string(Optimizer o);
 const char* to_string(Fp8Recipe r);
 const char* to_string(MoeDispatcher d);  // "alltoall", "allgather"
+// Megatron's names of the modules in `mask`, in its order ("core_attn", "layernorm", "mlp", "moe",
+// "moe_act", "shared_experts", "mla_up_proj"); the bit of one name (0: not a module).
+std::vector<std::string> recompute_module_names(uint32_t mask);
+uint32_t recompute_module_bit(std::string_view name);
 
 // The precision as a user wrote it: "bf16", or "fp8 (tensorwise)" for FP8 training.
 std::string precision_name(const TrainingSpec& t);

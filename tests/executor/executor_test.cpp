@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "allocator/caching_allocator.hpp"
 #include "executor/validation.hpp"
 #include "executor_jobs.hpp"
 #include "profile/csv_rows.hpp"
@@ -115,6 +116,31 @@ TEST(Executor, RecomputeModesAgreeAndFlashMatchesPlainAttention) {
     EXPECT_NEAR(flash->input_grad_sumsq, none->input_grad_sumsq, 1e-4 * none->input_grad_sumsq) << fam;
     EXPECT_NEAR(flash->weight_grad_sumsq, none->weight_grad_sumsq, 1e-4 * none->weight_grad_sumsq) << fam;
   }
+}
+
+// Megatron's "mlp" recompute module on a dense block (the MLP and the norm Transformer Engine fuses
+// into its fc1, one checkpoint), alone and with the attention core: byte for byte, and the same
+// gradients as saving everything.
+TEST(Executor, RecomputeModuleMlpMatchesTheModel) {
+  auto plain = measure_block(run(model("llama", 128, 4, 2), 64, 2, Dtype::kFp32, CM::kNone, true));
+  ASSERT_TRUE(plain);
+  for (Dtype dt : {Dtype::kFp32, Dtype::kBf16})
+    for (uint32_t modules : std::initializer_list<uint32_t>{spec::kRecomputeMlp, spec::kRecomputeMlp | spec::kRecomputeCoreAttn}) {
+      auto r = run(model("llama", 128, 4, 2), 64, 2, dt, CM::kSelective, true);
+      r.recompute_modules = modules;
+      SCOPED_TRACE(std::string(spec::to_string(dt)) + " modules " + std::to_string(modules));
+      auto m = measure_block(r);
+      auto p = predict_block(r);
+      ASSERT_TRUE(m && p) << (m ? p.error().to_string() : m.error().to_string());
+      EXPECT_EQ(m->saved_bytes, p->saved);
+      EXPECT_EQ(m->backward_peak_bytes, p->backward_peak);
+      EXPECT_EQ(allocator::replay(predicted_allocation_sequence(*p, m->output_freed)).requested_bytes.peak,
+                m->peak_bytes());
+      if (dt == Dtype::kFp32) {
+        EXPECT_DOUBLE_EQ(m->output_sumsq, plain->output_sumsq);
+        EXPECT_NEAR(m->input_grad_sumsq, plain->input_grad_sumsq, 1e-9 * plain->input_grad_sumsq);
+      }
+    }
 }
 
 TEST(Executor, GradientsMatchFiniteDifferences) {

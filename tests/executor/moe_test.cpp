@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "allocator/caching_allocator.hpp"
 #include "executor/executor.hpp"
@@ -106,6 +107,49 @@ TEST(MoeExecutor, SelectiveRecomputeAndContextParallelismToo) {
       EXPECT_GE(p->peak, m->peak_bytes());  // the model bounds the forward by that without recompute
       expect_exact(moe_run(c, dt, CM::kNone, 2));
     }
+}
+
+// Megatron's --recompute-modules on the MoE block, byte for byte: what it keeps, its backward
+// peak (the restored outputs beside the replay's own), and the whole allocation sequence's peak.
+// layernorm and moe_act run as CheckpointWithoutOutput, moe and shared_experts as checkpoints.
+TEST(MoeExecutor, RecomputeModulesMatchTheModelByteForByte) {
+  const uint32_t sets[] = {spec::kRecomputeLayernorm | spec::kRecomputeMoeAct, spec::kRecomputeMoe,
+                           spec::kRecomputeCoreAttn | spec::kRecomputeSharedExperts | spec::kRecomputeMoeAct,
+                           spec::kRecomputeMoe | spec::kRecomputeMoeAct | spec::kRecomputeLayernorm};
+  for (const Case& c : {Case{8, 2, 2, 2, Shared::kGated}, Case{4, 1, 4, 1, Shared::kPlain}, Case{4, 2, 1, 1, Shared::kNone}})
+    for (Dtype dt : {Dtype::kFp32, Dtype::kBf16})
+      for (uint32_t modules : sets) {
+        if ((modules & spec::kRecomputeSharedExperts) && c.shared == Shared::kNone) continue;
+        auto r = moe_run(c, dt, CM::kSelective);
+        r.recompute_modules = modules;
+        SCOPED_TRACE(fmt::format("{} modules {}", name(r), fmt::join(spec::recompute_module_names(modules), ",")));
+        auto m = measure_block(r);
+        auto p = predict_block(r);
+        ASSERT_TRUE(m && p) << (m ? p.error().to_string() : m.error().to_string());
+        EXPECT_EQ(m->saved_bytes, p->saved);
+        EXPECT_EQ(m->backward_peak_bytes, p->backward_peak);
+        const auto seq = predicted_allocation_sequence(*p, m->output_freed);
+        EXPECT_EQ(allocator::replay(seq).requested_bytes.peak, m->peak_bytes());
+        EXPECT_TRUE(m->step_ok);
+      }
+}
+
+// The same recomputations compute the same block: output, input and weight gradients.
+TEST(MoeExecutor, RecomputeModulesComputeTheSameBlock) {
+  const Case c{8, 2, 2, 2, Shared::kGated};
+  auto none = measure_block(moe_run(c, Dtype::kFp32, CM::kNone));
+  ASSERT_TRUE(none);
+  for (uint32_t modules : std::initializer_list<uint32_t>{spec::kRecomputeLayernorm | spec::kRecomputeMoeAct, spec::kRecomputeMoe,
+                           spec::kRecomputeSharedExperts}) {
+    auto r = moe_run(c, Dtype::kFp32, CM::kSelective);
+    r.recompute_modules = modules;
+    auto m = measure_block(r);
+    ASSERT_TRUE(m) << m.error().to_string();
+    EXPECT_LT(m->saved_bytes, none->saved_bytes) << modules;  // each frees what it recomputes
+    EXPECT_DOUBLE_EQ(m->output_sumsq, none->output_sumsq) << modules;
+    EXPECT_NEAR(m->input_grad_sumsq, none->input_grad_sumsq, 1e-9 * none->input_grad_sumsq) << modules;
+    EXPECT_NEAR(m->weight_grad_sumsq, none->weight_grad_sumsq, 1e-9 * none->weight_grad_sumsq) << modules;
+  }
 }
 
 // The two families lower_moe.cpp lowers, from Hugging Face configs shrunk to a few hundred

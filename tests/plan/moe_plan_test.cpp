@@ -103,5 +103,28 @@ TEST(MoePlan, TensorParallelismNeedsSequenceParallelism) {
   EXPECT_TRUE(validate_plan(p, m, h100(2), t).has_value());
 }
 
+// training.recompute_modules naming a module the model lacks is refused (Megatron-LM refuses
+// mla_up_proj without latent attention); layernorm and mlp, which Megatron accepts everywhere,
+// recompute nothing where the model has no such module.
+TEST(MoePlan, RecomputeModulesTheModelLacksAreRefused) {
+  const auto llama = *spec::catalog_model("llama3-8b");
+  const auto qwen3 = *spec::catalog_model("qwen3-30b-a3b");
+  spec::TrainingSpec t;
+  t.global_batch_size = 64;
+  t.seq_length = 4096;
+  t.recompute_modules = spec::kRecomputeMoeAct;
+  expect_error(validate_training(llama, h100(1), t), "training.recompute_modules", "no experts");
+  EXPECT_TRUE(validate_training(qwen3, h100(1), t).has_value());
+  t.recompute_modules = spec::kRecomputeSharedExperts;
+  expect_error(validate_training(qwen3, h100(1), t), "training.recompute_modules", "no shared expert");
+  EXPECT_TRUE(validate_training(*spec::catalog_model("deepseek-v3"), h100(1), t).has_value());
+  t.recompute_modules = spec::kRecomputeMlaUpProj;
+  expect_error(validate_training(qwen3, h100(1), t), "training.recompute_modules", "multi-latent");
+  // Megatron accepts these and they recompute nothing where the model has no such module.
+  t.recompute_modules = spec::kRecomputeLayernorm | spec::kRecomputeMlp;
+  EXPECT_TRUE(validate_training(llama, h100(1), t).has_value());
+  EXPECT_TRUE(validate_training(qwen3, h100(1), t).has_value());
+}
+
 }  // namespace
 }  // namespace mist::plan
