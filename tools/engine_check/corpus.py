@@ -29,7 +29,7 @@ def engine_plan(engine, p):
 
 
 def job(name, engine, model, gpu, gpus, gbs, seq, plan=None, gpus_per_node=8, optimizer="adamw",
-        precision="bf16", compile=False, tune=(), pick=1, fp8_recipe=None, mtp_layers=0):
+        precision="bf16", compile=False, tune=(), pick=1, fp8_recipe=None, mtp_layers=0, recompute_modules=None):
     nodes = max(1, gpus // gpus_per_node)
     per_node = gpus if gpus < gpus_per_node else gpus_per_node
     training = {"global_batch_size": gbs, "seq_length": seq, "precision": precision,
@@ -38,6 +38,8 @@ def job(name, engine, model, gpu, gpus, gbs, seq, plan=None, gpus_per_node=8, op
         training.update(precision="fp8", fp8_recipe=fp8_recipe)
     if mtp_layers:
         training["mtp_layers"] = mtp_layers
+    if recompute_modules:
+        training["recompute_modules"] = list(recompute_modules)
     if plan:
         plan = engine_plan(engine, plan)
     return {"name": name, "engine": engine, "model": model,
@@ -145,6 +147,11 @@ JOBS = [
     # (--overlap-moe-expert-parallel-comm, interleaved with pp > 1), not yet run through the harness.
     job("mlm-deepseek-v3-256xH100-pp8-ep32-mtp", "megatron", "deepseek-v3", "H100-SXM5-80GB", 256, 1024, 4096,
         plan=plan(32, 1, 8, 1, 32, 61, zero=1, ckpt=8, ep=32), mtp_layers=1),
+    # 2026-12-07: --recompute-modules (Megatron-Bridge's gpt-oss recipe recomputes these two), not
+    # yet run through the harness.
+    job("mlm-gpt-oss-120b-pp4-ep8-recompute-modules", "megatron", "gpt-oss-120b", "H100-SXM5-80GB", 64, 1280, 4096,
+        plan=plan(16, 1, 4, 1, 80, 36, zero=1, ep=8, recompute="selective"),
+        recompute_modules=("layernorm", "moe_act")),
     job("mlm-qwen3-30b-a3b-16xH100-a2a-overlap", "megatron", "qwen3-30b-a3b", "H100-SXM5-80GB", 16, 1024, 4096,
         plan=plan(8, 1, 2, 1, 128, 48, zero=1, ep=8, v=2, moe_a2a_overlap=True)),
     # DeepSpeed (Megatron-DeepSpeed + DeepSpeed)
