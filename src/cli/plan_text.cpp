@@ -63,7 +63,7 @@ std::string stage_in_words(const plan::Plan& p, size_t i, int64_t first) {
 
 }  // namespace
 
-std::string plan_in_words(const plan::Plan& p) {
+std::string plan_in_words(const plan::Plan& p, const spec::TrainingSpec* t) {
   std::string out = fmt::format("  {}-way data parallel × {}-way tensor parallel{} × {} pipeline stage{}", p.dp, p.tp,
                                 p.sequence_parallel && p.tp > 1 ? " (sequence parallel)" : "", p.pp,
                                 p.pp > 1 ? "s" : "");
@@ -78,7 +78,11 @@ std::string plan_in_words(const plan::Plan& p) {
                        p.overlap_moe_a2a ? ", their all-to-alls overlapped with another micro-batch's compute" : "");
   out += fmt::format("; micro-batches of {} sequence{}, {} per iteration", p.micro_batch_size,
                      p.micro_batch_size > 1 ? "s" : "", p.grad_accum_steps);
-  if (p.recompute == plan::Recompute::kSelective) out += "; selective recompute where a layer is not fully recomputed";
+  if (p.recompute == plan::Recompute::kSelective) {
+    out += "; selective recompute where a layer is not fully recomputed";
+    if (t && t->recompute_modules != spec::kRecomputeCoreAttn)
+      out += " (Megatron's modules " + join(spec::recompute_module_names(t->recompute_modules)) + ")";
+  }
   out += "\n";
   int64_t first = 0;
   for (size_t i = 0; i < p.stages.size(); ++i) {

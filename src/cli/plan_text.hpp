@@ -15,7 +15,8 @@ std::string plan_compact(const plan::Plan& p);
 std::string plan_legend();
 // The plan in words: one line for the layout, then one per stage ("  stage 0: layers 0-19, ZeRO-3,
 // 4 of 20 layers recomputed, offload to host memory: weights 75%, ..."), each ending in "\n".
-std::string plan_in_words(const plan::Plan& p);
+// `t`: the training, whose recompute modules a selective plan names when they are not the default.
+std::string plan_in_words(const plan::Plan& p, const spec::TrainingSpec* t = nullptr);
 // "megatron,torchtitan"; "-" for none.
 std::string engine_list(std::span<const engines::Engine> engines);
 

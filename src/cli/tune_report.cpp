@@ -117,7 +117,8 @@ std::string tune_text(const api::TuneRun& run) {
                      r.stats.stage_settings_feasible, r.stats.stage_settings_timed, r.stats.seconds, run.space,
                      run.options.solver == tuner::InterStageSolver::kMilp ? ", MILP" : "");
   out += plan_legend() + "\n";
-  out += "#1 in words:\n" + plan_in_words(r.best[0].plan);
+  const job::Job best = run.best_job();
+  out += "#1 in words:\n" + plan_in_words(r.best[0].plan, &best.training);
   out += decided_text(run) + "\n";
   if (const auto e = engines_text(run); !e.empty()) out += e + "\n";
   if (const auto c = compare_text(run); !c.empty()) out += c + "\n";

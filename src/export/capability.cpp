@@ -197,16 +197,8 @@ void megatron_rules(Walk& w, const spec::TrainingSpec* t) {
                        "--recompute-num-layers N); the largest count asked for is N = {}", n));
   // TransformerConfig.__post_init__ (d98e8a64) on --overlap-moe-expert-parallel-comm.
   if (w.p.overlap_moe_a2a) {
-    if (w.p.pp > 1 && w.p.virtual_pipeline_stages < 2)
-      set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
-               "Megatron-LM overlaps the MoE all-to-alls with pp > 1 only in the interleaved schedule (it asserts "
-               "a virtual pipeline size)");
-    else if (detail::any_fully_recomputed(w.p))
-      set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
-               "Megatron-LM refuses the MoE all-to-all overlap with full recompute");
-    else if (t && t->mtp_layers > 1)
-      set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a",
-               "Megatron-LM overlaps the MoE all-to-alls with at most one multi-token prediction layer");
+    if (const auto why = megatron_moe_overlap_refusal(w.p, t ? t->mtp_layers : 0))
+      set_flag(w, &Plan::overlap_moe_a2a, false, "plan.overlap_moe_a2a", "Megatron-LM " + *why);
   }
   const double ao = w.p.stages[0].offload.activations;
   if (std::any_of(w.p.stages.begin(), w.p.stages.end(), [](const auto& s) { return s.offload.activations > 0; })) {
@@ -416,6 +408,15 @@ Plan canonical(const Plan& p) {
   if (c.tp == 1) c.async_tp_backward = true;
   if (c.ep == 1) c.overlap_moe_a2a = false;
   return c;
+}
+
+std::optional<std::string> megatron_moe_overlap_refusal(const Plan& p, int64_t mtp_layers) {
+  if (p.pp > 1 && p.virtual_pipeline_stages < 2)
+    return "overlaps the MoE all-to-alls with pp > 1 only in the interleaved schedule (it asserts a virtual "
+           "pipeline size)";
+  if (detail::any_fully_recomputed(p)) return "refuses the MoE all-to-all overlap with full recompute";
+  if (mtp_layers > 1) return "overlaps the MoE all-to-alls with at most one multi-token prediction layer";
+  return std::nullopt;
 }
 
 int64_t megatron_recompute_count(const Plan& p) {

@@ -6,6 +6,7 @@
 // Megatron-LM, activation offload in DeepSpeed) the field drops to 0 and the change says so.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ plan::Plan canonical(const plan::Plan& p);
 // Megatron's --recompute-num-layers for a plan (the first N blocks of every model chunk are
 // recomputed) and the per-stage counts a given N gives.
 int64_t megatron_recompute_count(const plan::Plan& p);
+// Why Megatron-LM refuses the plan's MoE all-to-all overlap (--overlap-moe-expert-parallel-comm,
+// TransformerConfig.__post_init__ at d98e8a64) with this pipeline, recompute and `mtp_layers`; none
+// when it runs it. The capability rules turn the overlap off with it, the importer refuses the flag.
+std::optional<std::string> megatron_moe_overlap_refusal(const plan::Plan& p, int64_t mtp_layers);
 std::vector<int64_t> megatron_ckpt_layers(const plan::Plan& p, int64_t n);
 
 }  // namespace mist::engines

@@ -767,11 +767,8 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
     if (p.ep < 2) return fail(flag, "needs --expert-model-parallel-size above 1 (Megatron-LM asserts it)");
     if (out.training.moe_dispatcher == spec::MoeDispatcher::kAllGather)
       return fail(flag, "needs --moe-token-dispatcher-type alltoall or flex (Megatron-LM asserts it)");
-    if (p.pp > 1 && p.virtual_pipeline_stages < 2)
-      return fail(flag, "with pipeline parallelism needs the interleaved schedule (Megatron-LM asserts a virtual "
-                        "pipeline size)");
-    if (detail::any_fully_recomputed(p)) return fail(flag, "refuses full recompute (Megatron-LM asserts it)");
-    if (out.training.mtp_layers.value_or(0) > 1) return fail(flag, "allows at most --mtp-num-layers 1");
+    if (const auto why = megatron_moe_overlap_refusal(p, out.training.mtp_layers.value_or(0)))
+      return fail(flag, "Megatron-LM " + *why);
   }
   if (f.has("--delay-wgrad-compute") && !p.overlap_moe_a2a)
     return fail("--delay-wgrad-compute", "needs --overlap-moe-expert-parallel-comm (Megatron-LM asserts it)");

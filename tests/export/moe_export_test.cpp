@@ -182,6 +182,10 @@ TEST(MoeExport, AllToAllOverlapRoundTripsWithMegatronsRules) {
   expect_error(import_megatron_flags(without_token(flags, " --moe-token-dispatcher-type alltoall"), m,
                                      cluster(2, 8, "H100-SXM5-80GB")),
                "--overlap-moe-expert-parallel-comm", "alltoall");
+  // The importer refuses by the same rule the nearest plan follows (one home: megatron_moe_overlap_refusal).
+  expect_error(import_megatron_flags(without_token(flags, " --num-virtual-stages-per-pipeline-rank 2"), m,
+                                     cluster(2, 8, "H100-SXM5-80GB")),
+               "--overlap-moe-expert-parallel-comm", "interleaved schedule");
   expect_error(import_megatron_flags(without_token(flags, " --overlap-moe-expert-parallel-comm") +
                                          " --delay-wgrad-compute",
                                      m, cluster(2, 8, "H100-SXM5-80GB")),
