@@ -23,7 +23,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 81> kFlags{{
+constexpr std::array<FlagSpec, 82> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -81,6 +81,7 @@ constexpr std::array<FlagSpec, 81> kFlags{{
     {"--moe-router-topk", true},
     {"--moe-ffn-hidden-size", true},
     {"--moe-grouped-gemm", false},
+    {"--moe-permute-fusion", false},
     {"--moe-token-dispatcher-type", true},
     {"--moe-expert-capacity-factor", true},  // TransformerConfig.moe_expert_capacity_factor (:917)
     {"--moe-pad-expert-input-to-capacity", false},  // TransformerConfig.moe_pad_expert_input_to_capacity (:921)
@@ -547,6 +548,12 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   p.tp = tp.value_or(1);
   p.pp = pp.value_or(1);
   MIST_CHECK(check_moe_flags(f, m));
+  if (m.is_moe() && f.has("--moe-permute-fusion"))
+    out.notes.push_back("--moe-permute-fusion: mist models Megatron-LM's unfused permutation (its default), which "
+                        "keeps each routed row's int64 token index and the routing map's int64 argsort; "
+                        "Transformer Engine's fused kernels keep an int32 row map instead, so the predicted MoE "
+                        "activations are an upper bound by up to that difference, and the permutation's time is "
+                        "that of the unfused kernels");
   if (m.is_moe()) {
     p.ep = ep.value_or(1);
     p.etp = etp.value_or(p.tp);  // Megatron's default: the experts split as the attention

@@ -56,7 +56,9 @@ const std::set<std::string> kMegatronNames{
     "--mtp-num-layers",
     // The MoE all-to-all overlap: ModelParallelConfig.overlap_moe_expert_parallel_comm (:343) and
     // delay_wgrad_compute (:348), flags through ArgumentGroupFactory (arguments.py:2373).
-    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"};
+    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
+    // Read only, to say what it changes: TransformerConfig.moe_permute_fusion.
+    "--moe-permute-fusion"};
 
 // microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e (2024-12-24): megatron/arguments.py;
 // --deepspeed and --deepspeed_config: microsoft/DeepSpeed @ 38327e07 deepspeed/__init__.py.

@@ -67,6 +67,12 @@ TEST(RecomputeModulesExport, MegatronsImportChecksTheNames) {
   auto ok = import_megatron_flags(base + " --recompute-modules moe --not-a-megatron-flag 3", m, c);
   ASSERT_TRUE(ok) << ok.error().to_string();
   EXPECT_EQ(ok->training.recompute_modules, std::optional<uint32_t>(spec::kRecomputeMoe));
+  // Transformer Engine's fused permutation is read and said to be outside the model.
+  auto fused = import_megatron_flags(base + " --moe-permute-fusion", m, c);
+  ASSERT_TRUE(fused) << fused.error().to_string();
+  bool noted = false;
+  for (const auto& n : fused->notes) noted |= n.starts_with("--moe-permute-fusion: mist models");
+  EXPECT_TRUE(noted);
   // An empty list recomputes nothing (argparse's nargs='*' gives []).
   auto none = import_megatron_flags(base + " --recompute-modules", m, c);
   ASSERT_TRUE(none) << none.error().to_string();
