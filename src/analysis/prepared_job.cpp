@@ -39,6 +39,12 @@ Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec
                 fmt::format("mist models multi-token prediction as Megatron-Core runs it (--mtp-num-layers); {} has "
                             "no multi-token prediction: use --engine megatron or leave it 0",
                             spec::display_name(engine)));
+  if (training.recompute_modules != spec::kRecomputeCoreAttn && engine != spec::Engine::kMegatron)
+    return fail("training.recompute_modules",
+                fmt::format("names Megatron-LM's recompute modules (--recompute-modules); {}'s selective recompute "
+                            "is {}: use --engine megatron or leave the field out",
+                            spec::display_name(engine),
+                            engine == spec::Engine::kTorchtitan ? "its op-level policy" : "the attention core only"));
   // Megatron-Core's MoE layer (graph/lower_moe.cpp) and its --qk-layernorm attention are the ones
   // lowered; torchtitan's and DeepSpeed's dispatch, keep and shard differently.
   if (std::string why = spec::megatron_core_only(model); !why.empty() && engine != spec::Engine::kMegatron)

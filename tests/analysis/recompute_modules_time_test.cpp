@@ -76,5 +76,16 @@ TEST(RecomputeModulesTime, MoreRecomputedModulesCostTimeAndSaveMemory) {
   EXPECT_GT(moe.time.iteration_time_s, act.time.iteration_time_s);
 }
 
+// The engines whose selective recompute is their own refuse Megatron's modules by the field's name.
+TEST(RecomputeModulesTime, OtherEnginesRefuseTheModules) {
+  auto t = mist::testing::training(64, 4096, spec::Dtype::kBf16, true, false);
+  t.recompute_modules = spec::kRecomputeMlp;
+  const auto m = *spec::catalog_model("llama3-8b");
+  for (auto e : {spec::Engine::kTorchtitan, spec::Engine::kDeepSpeed})
+    mist::testing::expect_error(PreparedJob::create(m, cluster("H100-SXM5-80GB", 1, 8), t, {}, {}, e),
+                                "training.recompute_modules", "--engine megatron");
+  EXPECT_TRUE(PreparedJob::create(m, cluster("H100-SXM5-80GB", 1, 8), t, {}, {}, spec::Engine::kMegatron));
+}
+
 }  // namespace
 }  // namespace mist::analysis
