@@ -14,7 +14,8 @@ struct PreparedJob::Cache {
   std::mutex mu;
   // Keyed by (sequence parallel, recompute mode, expert parallel, expert tensor parallel, one local
   // expert); a built entry never moves (std::map nodes), so pointers to it stay valid.
-  std::map<std::tuple<bool, size_t, bool, bool, bool, bool, int>, Result<std::unique_ptr<Lowering>>> lowerings;
+  std::map<std::tuple<bool, size_t, bool, bool, bool, bool, int, int64_t>, Result<std::unique_ptr<Lowering>>>
+      lowerings;
 };
 
 Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
@@ -92,7 +93,7 @@ Result<const Lowering*> PreparedJob::lowering(const plan::Plan& p) const {
   // A dense model has no dispatcher: every plan shares the lowering without expert collectives.
   const bool moe = model().is_moe();
   return lowering_with(p.sequence_parallel && p.tp > 1, p.recompute, moe && p.ep > 1, moe && p.etp > 1,
-                       moe && p.ep == model().num_experts, p.cp > 1, p.cp_comm);
+                       moe && p.ep == model().num_experts, p.cp > 1, p.cp_comm, p.cp_a2a);
 }
 
 namespace {
@@ -102,6 +103,7 @@ graph::CpExchange cp_exchange(plan::CpComm comm, spec::Engine engine) {
   switch (comm) {
     case plan::CpComm::kAllToAll: return graph::CpExchange::kAllToAll;
     case plan::CpComm::kAllGather: return graph::CpExchange::kAllGather;
+    case plan::CpComm::kA2aP2p: return graph::CpExchange::kA2aP2p;
     case plan::CpComm::kRing: break;
   }
   return engine == spec::Engine::kTorchtitan ? graph::CpExchange::kGatherRing : graph::CpExchange::kRing;
@@ -111,13 +113,14 @@ graph::CpExchange cp_exchange(plan::CpComm comm, spec::Engine engine) {
 Result<const Lowering*> PreparedJob::lowering_with(bool sequence_parallel, plan::Recompute recompute,
                                                    bool expert_parallel, bool expert_tensor_parallel,
                                                    bool one_local_expert, bool context_parallel,
-                                                   plan::CpComm cp_comm) const {
+                                                   plan::CpComm cp_comm, int64_t cp_a2a) const {
   const size_t r = static_cast<size_t>(recompute);
   if (r >= 2) return fail("plan.recompute", "unknown recompute mode");
   std::lock_guard lock(cache_->mu);
   if (!context_parallel) cp_comm = plan::CpComm::kRing;
+  if (cp_comm != plan::CpComm::kA2aP2p) cp_a2a = 1;  // the all-to-all groups' size shapes a2a+p2p's buffers only
   const auto key = std::make_tuple(sequence_parallel, r, expert_parallel, expert_tensor_parallel, one_local_expert,
-                                   context_parallel, static_cast<int>(cp_comm));
+                                   context_parallel, static_cast<int>(cp_comm), cp_a2a);
   auto it = cache_->lowerings.find(key);
   if (it == cache_->lowerings.end()) {
     const auto& t = training();
@@ -127,6 +130,7 @@ Result<const Lowering*> PreparedJob::lowering_with(bool sequence_parallel, plan:
     o.one_local_expert = one_local_expert;
     o.context_parallel = context_parallel;
     o.cp_exchange = cp_exchange(cp_comm, engine());
+    o.cp_a2a = static_cast<int>(cp_a2a);
     auto lm = graph::lower(model(), t.seq_length, o);
     auto memory = build_stage_memory_model(lm, t, recompute);
     Result<std::unique_ptr<Lowering>> slot =

@@ -104,7 +104,7 @@ class PreparedJob {
   struct Cache;
   Result<const Lowering*> lowering_with(bool sequence_parallel, plan::Recompute recompute, bool expert_parallel,
                                         bool expert_tensor_parallel, bool one_local_expert,
-                                        bool context_parallel, plan::CpComm cp_comm) const;
+                                        bool context_parallel, plan::CpComm cp_comm, int64_t cp_a2a = 1) const;
   PreparedJob(std::shared_ptr<const Inputs> inputs, std::shared_ptr<Cache> cache, TimeConstants constants,
               Calibration calibration)
       : inputs_(std::move(inputs)), cache_(std::move(cache)), constants_(std::move(constants)),

@@ -45,6 +45,8 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
                                  : cm.group == graph::CommGroup::kExpertTp   ? place.etp
                                  : cm.group == graph::CommGroup::kExpertTpEp ? place.tp_ep
                                  : cm.group == graph::CommGroup::kContext    ? place.cp
+                                 : cm.group == graph::CommGroup::kContextA2a ? place.cp_a2a
+                                 : cm.group == graph::CommGroup::kContextRing ? place.cp_ring
                                                                              : place.tp;
       return hardware::collective_time(c, kind, g, sym::evaluate_or_zero(cm.bytes, at), k.comm);
     };
@@ -59,7 +61,10 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
         for (const auto& x : xs) {
           const double g = kernel * sym::evaluate_or_zero(x.under, at), c = comm(x.comm);
           sum += overlap_time(g, c, k.interference) - g;
-          kernels += x.comm.kind == graph::CommKind::kRingExchange ? 2 * (cp - 1) : 1;
+          // a2a+p2p's ring runs over its cp / cp_a2a groups.
+          const double steps = x.comm.group == graph::CommGroup::kContextRing
+                                   ? static_cast<double>(place.cp_ring.size) : cp;
+          kernels += x.comm.kind == graph::CommKind::kRingExchange ? 2 * (steps - 1) : 1;
         }
         return sum;
       };
@@ -189,7 +194,7 @@ Result<StageTimer> StageTimer::create(const PreparedJob& job, const plan::Plan& 
   sym::Bindings at = lm.dims;
   at["b"] = static_cast<double>(p.micro_batch_size);
   bind_parallel_degrees(at, p);
-  r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp, p.ep, p.etp, p.cp);
+  r.place_ = hardware::place_groups(c, p.tp, p.dp, p.pp, p.ep, p.etp, p.cp, p.cp_a2a);
   const profile::OpTable* table = r.k_.profile.get();
   const StageMemoryModel& mem = lowering->memory;
   r.blk_ = layer_times(lm.block, mem.block, at, c, t.precision, r.place_, selective, r.k_, table, r.sources_);
@@ -236,7 +241,7 @@ Result<LayerTimes> block_op_times(const PreparedJob& job, const plan::Plan& p, s
   sym::Bindings at = lm.dims;
   at["b"] = static_cast<double>(p.micro_batch_size);
   bind_parallel_degrees(at, p);
-  const auto place = hardware::place_groups(job.cluster(), p.tp, p.dp, p.pp, p.ep, p.etp, p.cp);
+  const auto place = hardware::place_groups(job.cluster(), p.tp, p.dp, p.pp, p.ep, p.etp, p.cp, p.cp_a2a);
   const TimeConstants& k = job.constants();
   profile::SourceCounts sources;
   return layer_times(lm.block, lowering->memory.block, at, job.cluster(), job.training().precision, place,

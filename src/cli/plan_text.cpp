@@ -70,7 +70,10 @@ std::string plan_in_words(const plan::Plan& p, const spec::TrainingSpec* t) {
   if (p.virtual_pipeline_stages > 1) out += fmt::format(" of {} interleaved chunks", p.virtual_pipeline_stages);
   if (p.cp > 1)
     out += fmt::format(" × {}-way context parallel{}", p.cp,
-                       p.cp_comm == plan::CpComm::kAllToAll    ? " (a2a: heads over an all-to-all)"
+                       p.cp_comm == plan::CpComm::kA2aP2p      ? fmt::format(" (a2a+p2p: heads over all-to-alls in groups of "
+                                                                             "{}, the K/V ring over {} of them)",
+                                                                             p.cp_a2a, p.cp / p.cp_a2a)
+                       : p.cp_comm == plan::CpComm::kAllToAll  ? " (a2a: heads over an all-to-all)"
                        : p.cp_comm == plan::CpComm::kAllGather ? " (K/V all-gathered)"
                                                                : "");
   if (p.ep > 1 || p.etp > 1)

@@ -151,6 +151,7 @@ void fold_cp_into_dp(Walk& w, std::string why) {
   w.p.dp *= cp;
   w.p.cp = 1;
   w.p.cp_comm = plan::CpComm::kRing;
+  w.p.cp_a2a = 1;
   w.p.micro_batch_size = b;
   w.p.grad_accum_steps = want / b;
   w.note("plan.cp", std::move(why),
@@ -249,6 +250,7 @@ void ulysses_rules(Walk& w, const spec::TrainingSpec* t, const spec::ModelSpec* 
            "all-to-all over heads",
            fmt::format("{} -> {}", plan::to_string(w.p.cp_comm), plan::to_string(caps.nearest)));
     w.p.cp_comm = caps.nearest;
+    w.p.cp_a2a = 1;
   }
 }
 
@@ -323,6 +325,7 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
     w.note("plan.cp_comm", "torchtitan's context parallelism is PyTorch's ring attention (its all-gather rotation) "
                            "only", fmt::format("{} -> {}", plan::to_string(w.p.cp_comm), plan::to_string(cp.nearest)));
     w.p.cp_comm = cp.nearest;
+    w.p.cp_a2a = 1;
   }
   if (w.p.cp > 1 && w.p.stages[0].zero == 0)
     set_zero(w, 2, "torchtitan applies FSDP whenever context parallelism is on, sharding over dp_shard·cp "

@@ -28,8 +28,9 @@ constexpr EngineCaps kMegatronCaps{
                 .optimizer_fraction_min_zero = 1,
                 .tied_whole = false,
                 .activations_by_block = true},
-    // --cp-comm-type p2p | a2a | all_gather with any tp and pp (TransformerConfig.cp_comm_type).
-    .cp = {.comms = {true, true, true},
+    // --cp-comm-type p2p | a2a | all_gather | a2a+p2p with any tp and pp (TransformerConfig.cp_comm_type;
+    // a2a+p2p with --hierarchical-context-parallel-sizes).
+    .cp = {.comms = {true, true, true, true},
            .nearest = plan::CpComm::kRing,
            .with_tp = true,
            .with_pp = true,
@@ -61,7 +62,7 @@ constexpr EngineCaps kDeepSpeedCaps{
                 .optimizer_fraction_min_zero = 3,
                 .tied_whole = false,
                 .activations_by_block = false},
-    .cp = {.comms = {false, true, false},
+    .cp = {.comms = {false, true, false, false},
            .nearest = plan::CpComm::kAllToAll,
            .with_tp = false,
            .with_pp = false,
@@ -92,7 +93,7 @@ constexpr EngineCaps kTorchtitanCaps{
                 .optimizer_fraction_min_zero = 3,
                 .tied_whole = true,
                 .activations_by_block = false},
-    .cp = {.comms = {true, false, false},
+    .cp = {.comms = {true, false, false, false},
            .nearest = plan::CpComm::kRing,
            .with_tp = true,
            .with_pp = true,

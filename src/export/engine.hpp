@@ -62,7 +62,7 @@ struct OffloadCaps {
 
 // What an engine runs of context parallelism (plan.cp > 1).
 struct CpCaps {
-  std::array<bool, 3> comms;  // the K/V exchanges it implements, by plan::CpComm (ring, a2a, all_gather)
+  std::array<bool, 4> comms;  // the K/V exchanges it implements, by plan::CpComm (ring, a2a, all_gather, a2a+p2p)
   plan::CpComm nearest;       // the one another exchange becomes (capability's nearest plan)
   bool with_tp;               // cp > 1 together with tp > 1
   bool with_pp;               // cp > 1 together with pp > 1

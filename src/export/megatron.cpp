@@ -1,6 +1,7 @@
 #include "export/megatron.hpp"
 
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -15,7 +16,10 @@ namespace mist::engines {
 namespace {
 
 const char* megatron_cp_comm(plan::CpComm c) {
-  return c == plan::CpComm::kAllToAll ? "a2a" : c == plan::CpComm::kAllGather ? "all_gather" : "p2p";
+  return c == plan::CpComm::kAllToAll    ? "a2a"
+         : c == plan::CpComm::kAllGather ? "all_gather"
+         : c == plan::CpComm::kA2aP2p    ? "a2a+p2p"
+                                         : "p2p";
 }
 
 using detail::add;
@@ -23,11 +27,12 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 82> kFlags{{
+constexpr std::array<FlagSpec, 83> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
-    {"--cp-comm-type", true},
+    {"--cp-comm-type", true, true},
+    {"--hierarchical-context-parallel-sizes", true, true},
     {"--expert-model-parallel-size", true},
     {"--sequence-parallel", false},
     {"--num-layers-per-virtual-pipeline-stage", true},
@@ -406,6 +411,9 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     // ring is Transformer Engine's p2p K/V exchange, Megatron's default.
     add(o, "--context-parallel-size", p.cp);
     add(o, "--cp-comm-type", std::string(megatron_cp_comm(p.cp_comm)));
+    if (p.cp_comm == plan::CpComm::kA2aP2p)  // the all-to-all groups, then the ring over them
+      add(o, "--hierarchical-context-parallel-sizes",
+          std::vector<std::string>{std::to_string(p.cp_a2a), std::to_string(p.cp / p.cp_a2a)});
   }
   // Always both: Megatron's default expert tensor parallelism is tp, mist's plan field defaults to 1.
   if (m.is_moe()) {
@@ -534,14 +542,36 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   MIST_TRY(auto cp, f.integer("--context-parallel-size", 1, 1024));
   MIST_TRY(auto ep, f.integer("--expert-model-parallel-size", 1, 1 << 20));
   MIST_TRY(auto etp, f.integer("--expert-tensor-parallel-size", 1, 1024));
-  if (auto comm = f.string("--cp-comm-type")) {
-    // One type for every layer; a per-layer list and the hierarchical a2a+p2p are not modelled.
-    if (*comm == "a2a") p.cp_comm = plan::CpComm::kAllToAll;
-    else if (*comm == "all_gather") p.cp_comm = plan::CpComm::kAllGather;
-    else if (*comm != "p2p")
-      return fail("--cp-comm-type", fmt::format("is \"{}\": mist models p2p (the ring), a2a and all_gather, one for "
-                                                "every layer, not the hierarchical a2a+p2p", *comm));
+  if (auto comms = f.words("--cp-comm-type")) {
+    // One type for every layer (a list of one, or of the same type for each layer).
+    for (const auto& c : *comms)
+      if (c != comms->front())
+        return fail("--cp-comm-type", fmt::format("lists \"{}\" and \"{}\": mist models one type for every layer",
+                                                  comms->front(), c));
+    const std::string comm = comms->empty() ? "p2p" : comms->front();
+    if (comm == "a2a") p.cp_comm = plan::CpComm::kAllToAll;
+    else if (comm == "all_gather") p.cp_comm = plan::CpComm::kAllGather;
+    else if (comm == "a2a+p2p") p.cp_comm = plan::CpComm::kA2aP2p;
+    else if (comm != "p2p")
+      return fail("--cp-comm-type", fmt::format("is \"{}\": Megatron-LM's types are p2p, a2a, all_gather and a2a+p2p",
+                                                comm));
     if (cp.value_or(1) == 1) p.cp_comm = plan::CpComm::kRing;  // Megatron ignores it without CP
+  }
+  // a2a+p2p's groups (arguments.py: the sizes' product is cp): the all-to-all's, then the ring's.
+  if (p.cp_comm == plan::CpComm::kA2aP2p) {
+    const auto sizes = f.words("--hierarchical-context-parallel-sizes");
+    int64_t a2a = 0, ring = 0;
+    if (sizes && sizes->size() == 2) {
+      const auto a = std::from_chars(sizes->at(0).data(), sizes->at(0).data() + sizes->at(0).size(), a2a);
+      const auto r = std::from_chars(sizes->at(1).data(), sizes->at(1).data() + sizes->at(1).size(), ring);
+      if (a.ec != std::errc() || r.ec != std::errc()) a2a = ring = 0;
+    }
+    if (a2a < 2 || ring < 2 || a2a * ring != cp.value_or(1))
+      return fail("--hierarchical-context-parallel-sizes",
+                  fmt::format("must give the all-to-all groups' size and the ring's, whose product is "
+                              "--context-parallel-size {}, both above 1, for --cp-comm-type a2a+p2p",
+                              cp.value_or(1)));
+    p.cp_a2a = a2a;
   }
   if (!m.is_moe() && ep.value_or(1) > 1)
     return fail("--expert-model-parallel-size", fmt::format("is {} but model {} has no experts", *ep, m.name));

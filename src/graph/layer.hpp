@@ -35,7 +35,9 @@ const char* to_string(CommKind k);
 // The group a collective runs over: the tensor-parallel group, the context-parallel group, or the
 // expert grid's (Megatron's parallel folding) expert tensor-parallel or expert-parallel group, or
 // the two together (etp·ep consecutive ranks: Megatron's tp_ep group, the all-gather dispatcher's).
-enum class CommGroup { kTp, kContext, kExpertTp, kExpert, kExpertTpEp };
+// kContextA2a and kContextRing: a2a+p2p's all-to-all groups (cp_a2a consecutive CP ranks) and the
+// ring over them (cp / cp_a2a ranks, cp_a2a apart).
+enum class CommGroup { kTp, kContext, kExpertTp, kExpert, kExpertTpEp, kContextA2a, kContextRing };
 
 // A collective on an op's activation (Megatron's f/g operators; the MoE dispatcher's).
 struct TpComm {
@@ -62,8 +64,10 @@ struct HiddenComm {
 //   kAllGather   Transformer Engine's all-gather (Megatron's all_gather): K/V gathered before the
 //                kernels, again in backward, dK/dV reduce-scattered after, all exposed;
 //   kAllToAll    Transformer Engine's a2a (Ulysses): q, k, v to head-sharded before the kernel, the
-//                output back after it (backward: the output gradient, then dq, dk, dv), all exposed.
-enum class CpExchange { kRing, kGatherRing, kAllGather, kAllToAll };
+//                output back after it (backward: the output gradient, then dq, dk, dv), all exposed;
+//   kA2aP2p      Transformer Engine's hierarchical a2a+p2p: the a2a over groups of
+//                LoweringOptions::cp_a2a ranks, then the p2p ring over the cp/cp_a2a groups.
+enum class CpExchange { kRing, kGatherRing, kAllGather, kAllToAll, kA2aP2p };
 
 struct Tensor {
   std::string name;
@@ -230,6 +234,7 @@ struct LoweringOptions {
   // travel around the CP ring.
   bool context_parallel = false;
   CpExchange cp_exchange = CpExchange::kRing;
+  int cp_a2a = 1;  // kA2aP2p: the all-to-all groups' size (plan.cp_a2a)
   // FP8 training: the blocks' linears run in FP8 (the router, the shared expert's gate and the LM
   // head stay bf16, as Megatron-Core and torchtitan's float8 converter leave them).
   // fp8_keeps_fp8_inputs: Transformer Engine keeps each FP8 linear's input for backward as its FP8

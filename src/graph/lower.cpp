@@ -194,6 +194,10 @@ int residual_add(LayerBuilder& B, const std::string& name, int x, int y) {
 //   sequence by an all-to-all, the kernel runs with a/(t·cp) heads over all s tokens (`work`: the
 //   model's mask, sliding windows included), and the output returns by a second one; backward the
 //   same for the output gradient and dq, dk, dv. Each exchange keeps its input and output at once.
+// - kA2aP2p, TE's AttnFuncWithCPAndKVP2P with cp_group_a2a (--cp-comm-type a2a+p2p): the a2a above
+//   over each group of a = cp_a2a ranks (q, k, v head-sharded over a times the local tokens: the
+//   same bytes), then the p2p ring over the R = cp/a groups with those blocks (R steps), then the
+//   output's a2a back. Its buffers are both sets, the ring's for R steps.
 // Each saves what flash attention saves, for the local tokens (the a2a's head-sharded tensors are
 // the same bytes).
 int cp_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, double work) {
@@ -218,10 +222,20 @@ int cp_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, doub
     bwd_tmp = {B.tensor("attn.core.cp_kv_gathered", 2 * s.cp * kv_block, false),
                B.tensor("attn.core.cp_dkv_full", s.cp * kv_block, false),
                B.tensor("attn.core.cp_step_grads", B.bytes(q) + s.cp * kv_block, false)};
-  } else {
+  } else if (x == CpExchange::kAllToAll) {
     fwd_tmp = {B.tensor("attn.core.cp_a2a_qkv", B.bytes(q) + kv_block, false),
                B.tensor("attn.core.cp_a2a_out", ctx_bytes, false)};
     bwd_tmp = {B.tensor("attn.core.cp_a2a_dout", ctx_bytes, false),
+               B.tensor("attn.core.cp_a2a_dqkv", B.bytes(q) + kv_block, false)};
+  } else {
+    const Expr ring = s.cp / Expr(static_cast<double>(o.cp_a2a));
+    fwd_tmp = {B.tensor("attn.core.cp_a2a_qkv", B.bytes(q) + kv_block, false),
+               B.tensor("attn.core.cp_kv_blocks", ring * kv_block, false),
+               B.tensor("attn.core.cp_step_outputs", ring * (ctx_bytes + lse_bytes), false),
+               B.tensor("attn.core.cp_a2a_out", ctx_bytes, false)};
+    bwd_tmp = {B.tensor("attn.core.cp_a2a_dout", ctx_bytes, false),
+               B.tensor("attn.core.cp_kv_dkv_buffers", 4 * kv_block, false),
+               B.tensor("attn.core.cp_step_grads", B.bytes(q) + kv_block, false),
                B.tensor("attn.core.cp_a2a_dqkv", B.bytes(q) + kv_block, false)};
   }
   Op& op = B.op("attn.core", OpKind::kFlashAttention, {q, k, v}, {ctx, lse}, {q, k, v, ctx, lse});
@@ -264,6 +278,19 @@ int cp_attention_core(LayerBuilder& B, int q, int k, int v, const Expr& qw, doub
       op.bwd_cp = {{ctxg(CommKind::kAllToAll, ctx_bytes), Expr(0.0)},
                    {ctxg(CommKind::kAllToAll, B.bytes(q) + kv_block), Expr(0.0)}};
       break;
+    case CpExchange::kA2aP2p: {
+      // The ring's steps are R = cp/a: each of the first R − 1 hides the next block's exchange.
+      const Expr a = Expr(static_cast<double>(o.cp_a2a)), ring_rest = (s.cp / a - 1) / (s.cp / a);
+      const TpComm qkv{CommKind::kAllToAll, B.bytes(q) + kv_block, CommGroup::kContextA2a};
+      const TpComm out{CommKind::kAllToAll, ctx_bytes, CommGroup::kContextA2a};
+      op.fwd_cp = {{qkv, Expr(0.0)},
+                   {TpComm{CommKind::kRingExchange, kv_block, CommGroup::kContextRing}, ring_rest},
+                   {out, Expr(0.0)}};
+      op.bwd_cp = {{out, Expr(0.0)},
+                   {TpComm{CommKind::kRingExchange, 2 * kv_block, CommGroup::kContextRing}, ring_rest},
+                   {qkv, Expr(0.0)}};
+      break;
+    }
   }
   return ctx;
 }

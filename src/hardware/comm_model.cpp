@@ -79,7 +79,7 @@ double host_copy_time(const spec::ClusterSpec& c, double h2d, double d2h, const 
 }
 
 Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep, int64_t etp,
-                       int64_t cp) {
+                       int64_t cp, int64_t cp_a2a) {
   Placement p;
   const int64_t per_node = c.gpus_per_node;
   // A group of `size` ranks `stride` apart: it leaves the node when it spans more ranks than a node
@@ -92,6 +92,9 @@ Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64
   // CP ranks are tp apart; the dp·cp gradient group too: a node holds per_node / tp of them (one
   // when TP fills the node).
   p.cp = strided(cp, tp);
+  const int64_t a = std::clamp<int64_t>(cp_a2a, 1, std::max<int64_t>(1, cp));
+  p.cp_a2a = strided(a, tp);
+  p.cp_ring = strided(cp / a, tp * a);
   p.dp = strided(dp * cp, tp);
   // The expert grid over the same tp·cp·dp ranks: etp fastest, then ep, then expert data parallel.
   const int64_t edp = std::max<int64_t>(1, tp * cp * dp / std::max<int64_t>(1, ep * etp));

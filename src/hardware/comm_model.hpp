@@ -68,9 +68,13 @@ struct Placement {
   Group tp, cp, dp;
   Group etp, ep, edp;
   Group tp_ep;  // etp·ep consecutive ranks: Megatron's tp_ep group (the all-gather dispatcher's)
+  // Hierarchical context parallelism (a2a+p2p, `cp_a2a` > 1): the all-to-all groups of cp_a2a
+  // consecutive CP ranks, and the ring over cp / cp_a2a of them, cp_a2a CP ranks apart (Megatron's
+  // hierarchical_context_parallel_sizes: the first size is the inner group).
+  Group cp_a2a, cp_ring;
   bool pp_crosses_nodes = false;  // neighbouring pipeline stages are on different nodes
 };
 Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep = 1,
-                       int64_t etp = 1, int64_t cp = 1);
+                       int64_t etp = 1, int64_t cp = 1, int64_t cp_a2a = 1);
 
 }  // namespace mist::hardware

@@ -81,7 +81,7 @@ Result<StagePlan> stage_from_json(const Json& j, const std::string& path) {
 const char* to_string(Recompute r) { return r == Recompute::kSelective ? "selective" : "none"; }
 
 const char* to_string(CpComm c) {
-  return c == CpComm::kAllToAll ? "a2a" : c == CpComm::kAllGather ? "all_gather" : "ring";
+  return c == CpComm::kAllToAll ? "a2a" : c == CpComm::kAllGather ? "all_gather" : c == CpComm::kA2aP2p ? "a2a+p2p" : "ring";
 }
 
 Result<Plan> load_plan(const std::string& path) {
@@ -90,7 +90,7 @@ Result<Plan> load_plan(const std::string& path) {
 
 Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(auto f, JsonFields::of(j, what));
-  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "sequence_parallel", "micro_batch_size",
+  MIST_CHECK(f.reject_unknown({"dp", "tp", "pp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "sequence_parallel", "micro_batch_size",
                                           "grad_accum_steps", "virtual_pipeline_stages", "recompute",
                                           "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
                                           "grad_accumulation_fusion", "async_tp_backward", "overlap_moe_a2a", "stages",
@@ -100,11 +100,23 @@ Result<Plan> plan_from_json(const Json& j, const std::string& what) {
   MIST_TRY(p.tp, f.integer("tp", 1, kMaxTp));
   MIST_TRY(p.pp, f.integer("pp", 1, kMaxPp));
   MIST_TRY(p.cp, f.integer_or("cp", 1, 1, kMaxCp));
-  MIST_TRY(std::string cc, f.choice_or("cp_comm", "ring", {"ring", "a2a", "all_gather"}));
-  p.cp_comm = cc == "a2a" ? CpComm::kAllToAll : cc == "all_gather" ? CpComm::kAllGather : CpComm::kRing;
+  MIST_TRY(std::string cc, f.choice_or("cp_comm", "ring", {"ring", "a2a", "all_gather", "a2a+p2p"}));
+  p.cp_comm = cc == "a2a"          ? CpComm::kAllToAll
+              : cc == "all_gather" ? CpComm::kAllGather
+              : cc == "a2a+p2p"    ? CpComm::kA2aP2p
+                                   : CpComm::kRing;
   if (p.cp_comm != CpComm::kRing && p.cp == 1)
     return fail(f.field_path("cp_comm"), fmt::format("is \"{}\" but cp is 1: it says how context parallelism "
                                                      "exchanges keys and values, and there is none", cc));
+  MIST_TRY(p.cp_a2a, f.integer_or("cp_a2a", 1, 1, kMaxCp));
+  if (p.cp_comm == CpComm::kA2aP2p && (p.cp_a2a < 2 || p.cp_a2a >= p.cp || p.cp % p.cp_a2a != 0))
+    return fail(f.field_path("cp_a2a"),
+                f.has("cp_a2a") ? fmt::format("is {}: the all-to-all groups of a2a+p2p must be more than 1 and fewer "
+                                              "than cp = {} ranks, and divide cp", p.cp_a2a, p.cp)
+                                : std::string("is missing: cp_comm \"a2a+p2p\" needs the all-to-all groups' size "
+                                              "(Megatron's first --hierarchical-context-parallel-sizes)"));
+  if (p.cp_comm != CpComm::kA2aP2p && f.has("cp_a2a"))
+    return fail(f.field_path("cp_a2a"), "sizes the all-to-all groups of cp_comm \"a2a+p2p\" only");
   MIST_TRY(p.ep, f.integer_or("ep", 1, 1, kMaxDegree));
   MIST_TRY(p.etp, f.integer_or("etp", 1, 1, kMaxTp));
   MIST_TRY(p.sequence_parallel, f.boolean_or("sequence_parallel", false));
@@ -167,6 +179,7 @@ Json plan_to_json(const Plan& p) {
   // Written only when set, so a plan without them has the same file as before.
   if (p.cp != 1) j["cp"] = p.cp;
   if (p.cp_comm != CpComm::kRing) j["cp_comm"] = to_string(p.cp_comm);
+  if (p.cp_comm == CpComm::kA2aP2p) j["cp_a2a"] = p.cp_a2a;
   if (p.ep != 1 || p.etp != 1) {
     j["ep"] = p.ep;
     j["etp"] = p.etp;
@@ -279,17 +292,22 @@ int64_t expert_dp(const Plan& p) { return std::max<int64_t>(1, p.tp * p.cp * p.d
 
 int64_t grad_dp(const Plan& p) { return p.dp * p.cp; }
 
-Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp, CpComm comm, int64_t tp) {
+Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp, CpComm comm, int64_t tp,
+                      int64_t a2a) {
   if (cp == 1) return {};
   if (m.is_mla())
     return fail("plan.cp", fmt::format("cp = {} with {}'s latent attention is not modelled yet", cp, m.name));
-  if (comm == CpComm::kAllToAll) {
-    // Transformer Engine's a2a splits each TP rank's heads over the CP group (flash_attn_a2a_communicate).
-    const int64_t heads = m.num_heads / tp, groups = m.num_kv_heads / tp;
-    if (heads % cp != 0 || groups % cp != 0)
-      return fail("plan.cp_comm", fmt::format("a2a splits each TP rank's {} heads and {} key/value heads over "
-                                              "cp = {} ranks: cp must divide both", heads, groups, cp));
-  } else if (m.windowed_layers() > 0 && t.seq_length > m.sliding_window) {
+  if (comm == CpComm::kAllToAll || comm == CpComm::kA2aP2p) {
+    // Transformer Engine's a2a splits each TP rank's heads over the CP group (flash_attn_a2a_communicate);
+    // a2a+p2p over each all-to-all group.
+    const int64_t heads = m.num_heads / tp, groups = m.num_kv_heads / tp, n = comm == CpComm::kAllToAll ? cp : a2a;
+    if (heads % n != 0 || groups % n != 0)
+      return fail(comm == CpComm::kAllToAll ? "plan.cp_comm" : "plan.cp_a2a",
+                  fmt::format("{} splits each TP rank's {} heads and {} key/value heads over {} = {} ranks: {} must "
+                              "divide both", to_string(comm), heads, groups, comm == CpComm::kAllToAll ? "cp" : "cp_a2a",
+                              n, comm == CpComm::kAllToAll ? "cp" : "cp_a2a"));
+  }
+  if (comm != CpComm::kAllToAll && m.windowed_layers() > 0 && t.seq_length > m.sliding_window) {
     return fail("plan.cp", fmt::format("cp = {} with {}'s sliding-window attention is modelled for cp_comm \"a2a\" "
                                        "only (mist's ring and all-gather are the causal ones of full attention)",
                                        cp, m.name));
@@ -339,7 +357,7 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
                                     p.micro_batch_size, p.dp, p.grad_accum_steps, samples, t.global_batch_size));
   MIST_CHECK(check_tp(m, p.tp));
   MIST_CHECK(check_experts(m, p.tp * p.cp, p.dp, p.ep, p.etp));
-  MIST_CHECK(check_cp(m, t, p.cp, p.cp_comm, p.tp));
+  MIST_CHECK(check_cp(m, t, p.cp, p.cp_comm, p.tp, p.cp_a2a));
   if (!holds_dense_blocks(m, p.stages.front().num_layers, p.virtual_pipeline_stages))
     return fail("plan.stages[0].num_layers",
                 fmt::format("{} layers{} leave out some of {}'s {} dense blocks: mist plans them all in the first "

@@ -41,9 +41,13 @@ enum class Recompute { kNone, kSelective };  // plan-wide; per-stage full recomp
 //              back after it (Megatron's a2a, DeepSpeed-Ulysses' scheme): every rank attends over the
 //              whole sequence with a/cp heads, so sliding windows need no ring;
 //   kAllGather k and v gathered whole before the kernels and their gradients reduce-scattered after
-//              (Megatron's all_gather), neither overlapped.
-enum class CpComm { kRing, kAllToAll, kAllGather };
-const char* to_string(CpComm c);  // "ring", "a2a", "all_gather" (the plan file's spelling)
+//              (Megatron's all_gather), neither overlapped;
+//   kA2aP2p    both, nested (Megatron's hierarchical a2a+p2p, --hierarchical-context-parallel-sizes
+//              a cp/a): an all-to-all over each group of Plan::cp_a2a consecutive CP ranks makes
+//              them head-sharded over a·(s/cp) tokens, and those groups run the K/V ring over the
+//              cp/a ranks a apart.
+enum class CpComm { kRing, kAllToAll, kAllGather, kA2aP2p };
+const char* to_string(CpComm c);  // "ring", "a2a", "all_gather", "a2a+p2p" (the plan file's spelling)
 
 // The most interleaved model chunks per stage, and pipeline stages, a plan may have.
 inline constexpr int64_t kMaxVirtual = 1024;
@@ -61,6 +65,7 @@ struct Plan {
   // are reduced, and ZeRO shards, over the dp·cp ranks that hold the same weights (grad_dp).
   int64_t cp = 1;
   CpComm cp_comm = CpComm::kRing;  // only with cp > 1
+  int64_t cp_a2a = 1;  // with cp_comm a2a+p2p: the all-to-all groups' size a (1 < a < cp, a divides cp)
   bool sequence_parallel = false;
   int64_t micro_batch_size = 1;
   int64_t grad_accum_steps = 1;          // micro-batches per iteration per data-parallel rank
@@ -134,10 +139,11 @@ int64_t grad_dp(const Plan& p);
 // is shorter than the sequence is refused (mist's ring is the causal one); the error names plan.cp.
 // (Under sequence parallelism tp must also divide each CP rank's tokens: validate_plan.)
 // `comm` and `tp`: the all-to-all needs the heads (and key/value heads) of each TP rank to divide by
-// cp, and lifts the sliding-window refusal (every rank then attends over the whole sequence); the
-// error names plan.cp or plan.cp_comm.
+// cp (a2a+p2p: by the all-to-all groups' size `a2a`), and a2a alone lifts the sliding-window
+// refusal (every rank then attends over the whole sequence); the error names plan.cp, plan.cp_comm
+// or plan.cp_a2a.
 Result<void> check_cp(const spec::ModelSpec& m, const spec::TrainingSpec& t, int64_t cp,
-                      CpComm comm = CpComm::kRing, int64_t tp = 1);
+                      CpComm comm = CpComm::kRing, int64_t tp = 1, int64_t a2a = 1);
 // Checks the training settings against the model and the GPU: the GPU supports the precision
 // (bf16 needs Ampere or later), and a learned position table has a row for every position of the
 // sequence (rotary positions have no table and no limit).

@@ -8,6 +8,7 @@ namespace {
 void restrict_cp(SearchSpace& s, engines::Engine e) {
   const engines::CpCaps& caps = engines::engine_caps(e).cp;
   s.cp_comm.clear();
+  // a2a+p2p is predicted, exported and imported but not searched (its groups' size is a knob more).
   for (auto c : {plan::CpComm::kRing, plan::CpComm::kAllToAll, plan::CpComm::kAllGather})
     if (caps.runs(c)) s.cp_comm.push_back(c);
   s.cp_with_tp = caps.with_tp;

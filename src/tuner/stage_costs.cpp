@@ -20,7 +20,8 @@ Result<const sym::Program*> MemoryPrograms::get(const plan::Plan& layout, int in
   for (const char* k : kInputs) fixed.erase(k);
   // The exchange's buffers are the lowering's (graph::CpExchange): part of the program, not a knob.
   const int cp_comm = layout.cp > 1 ? static_cast<int>(layout.cp_comm) : 0;
-  const auto pkey = std::make_tuple(layout.tp, layout.cp, cp_comm, layout.ep, layout.etp, sp,
+  const int64_t cp_a2a = layout.cp_comm == plan::CpComm::kA2aP2p ? layout.cp_a2a : 1;
+  const auto pkey = std::make_tuple(layout.tp, layout.cp, cp_comm, cp_a2a, layout.ep, layout.etp, sp,
                                     static_cast<int>(layout.recompute), fixed.at("E") > 0,
                                     fixed.at("H") > 0, fixed.at("T") > 0, fixed.at("Q") > 0);
   auto pit = programs_.find(pkey);

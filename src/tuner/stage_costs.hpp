@@ -43,8 +43,8 @@ class MemoryPrograms {
 
  private:
   const analysis::PreparedJob* job_;
-  // Keyed by tp, cp, cp_comm, ep, etp, sequence parallelism, recompute, and the stage's E, H, T, Q.
-  std::map<std::tuple<int64_t, int64_t, int, int64_t, int64_t, bool, int, bool, bool, bool, bool>, sym::Program>
+  // Keyed by tp, cp, cp_comm, cp_a2a, ep, etp, sequence parallelism, recompute, and the stage's E, H, T, Q.
+  std::map<std::tuple<int64_t, int64_t, int, int64_t, int64_t, int64_t, bool, int, bool, bool, bool, bool>, sym::Program>
       programs_;
 };
 

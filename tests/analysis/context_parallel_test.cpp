@@ -6,6 +6,8 @@
 
 #include "analysis/overheads.hpp"
 #include "analysis/prepared_job.hpp"
+#include "analysis/time_model.hpp"
+#include "hardware/comm_model.hpp"
 #include "graph/liveness.hpp"
 #include "test_jobs.hpp"
 
@@ -155,6 +157,49 @@ TEST(ContextParallel, ExchangesExposeWhatTheirEnginesDoNotOverlap) {
   const auto far_ring = core(far, plan::CpComm::kRing);
   const auto far_tt = core(tt, plan::CpComm::kRing);
   EXPECT_GT(far_tt.fwd_cp, far_ring.fwd_cp);
+}
+
+// Megatron's hierarchical a2a+p2p on 2 nodes of 8 (cp 16 in all-to-all groups of 8): the groups
+// stay inside a node and the ring of 2 crosses; the attention core holds the a2a's buffers and the
+// ring's for 2 steps, the same kernel work, and its all-to-alls cost less than the flat one's
+// over 16 ranks across the network.
+TEST(ContextParallel, HierarchicalA2aP2pNestsTheAllToAllInTheRing) {
+  LongJob j;
+  j.c = cluster("H100-SXM5-80GB", 2, 8);
+  j.t.seq_length = 65536;
+  const auto place = hardware::place_groups(j.c, 1, 1, 1, 1, 1, 16, 8);
+  EXPECT_EQ(place.cp_a2a.size, 8);
+  EXPECT_FALSE(place.cp_a2a.crosses_nodes);
+  EXPECT_EQ(place.cp_ring.size, 2);
+  EXPECT_TRUE(place.cp_ring.crosses_nodes);
+  auto job = *PreparedJob::create(j.m, j.c, j.t, {});
+  auto with = [&](plan::CpComm comm) {
+    auto p = j.plan(1, 1, 16, 1);
+    p.cp_comm = comm;
+    p.cp_a2a = comm == plan::CpComm::kA2aP2p ? 8 : 1;
+    return p;
+  };
+  auto temps = [&](plan::CpComm comm, bool fwd) {
+    const auto p = with(comm);
+    const auto* lowering = *job.lowering(p);
+    sym::Bindings at = lowering->model.dims;
+    at["b"] = 1, at["t"] = 1, at["cp"] = 16, at["ep"] = 1, at["etp"] = 1;
+    const auto& core = op_named(lowering->model.block, "attn.core");
+    double sum = 0;
+    for (int id : fwd ? core.fwd_temporaries : core.bwd_temporaries)
+      sum += sym::evaluate_or_zero(lowering->model.block.tensors[id].bytes, at);
+    return sum;
+  };
+  using C = plan::CpComm;
+  // Forward: the a2a's q, k, v and output, and the ring's blocks and step outputs for 2 steps of 16.
+  EXPECT_DOUBLE_EQ(temps(C::kA2aP2p, true), temps(C::kAllToAll, true) + temps(C::kRing, true) * 2 / 16);
+  EXPECT_DOUBLE_EQ(temps(C::kA2aP2p, false), temps(C::kAllToAll, false) + temps(C::kRing, false));
+  auto core = [&](plan::CpComm comm) { return *block_op_times(job, with(comm), "attn.core"); };
+  const auto ring = core(C::kRing), a2a = core(C::kAllToAll), nested = core(C::kA2aP2p);
+  EXPECT_DOUBLE_EQ(nested.fwd, ring.fwd);
+  EXPECT_DOUBLE_EQ(nested.bwd, ring.bwd);
+  EXPECT_LT(nested.fwd_cp, a2a.fwd_cp);
+  EXPECT_LT(nested.bwd_cp, a2a.bwd_cp);
 }
 
 // NCCL buffers: the CP ring adds its two neighbours' channels; the gradient ring spans dp·cp.

@@ -72,6 +72,32 @@ TEST(CpExport, ExchangeTypesRoundTripThroughMegatron) {
   EXPECT_TRUE(std::any_of(n.changes.begin(), n.changes.end(), [](const auto& ch) { return ch.starts_with("plan.cp_comm"); }));
 }
 
+// Megatron's hierarchical a2a+p2p: the all-to-all groups' size and the ring's written as
+// --hierarchical-context-parallel-sizes, read back; engines without it take their own exchange.
+TEST(CpExport, HierarchicalA2aP2pRoundTripsThroughMegatron) {
+  const auto m = model("llama3-8b");
+  const auto c = cluster(2, 8, "H100-SXM5-80GB");
+  auto p = testing::plan(1, 1, {32}, 1, 8, 1, 32);
+  p.cp = 16;
+  p.cp_comm = plan::CpComm::kA2aP2p;
+  p.cp_a2a = 8;
+  auto r = export_plan(Engine::kMegatron, {m, c, training(8, 131072), p, {}});
+  ASSERT_TRUE(r && r->exported) << (r ? (r->reasons.empty() ? "" : r->reasons[0].to_string()) : r.error().to_string());
+  const auto& o = r->exported->options;
+  EXPECT_EQ(value(o, "--cp-comm-type"), "a2a+p2p");
+  EXPECT_EQ(value(o, "--hierarchical-context-parallel-sizes"), "8 2");
+  auto back = import_megatron_flags(command(o), m, c);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->plan.cp_comm, plan::CpComm::kA2aP2p);
+  EXPECT_EQ(back->plan.cp_a2a, 8);
+  auto t = training(8, 131072);
+  auto q = p;
+  q.stages[0].zero = 3;
+  const auto n = nearest_expressible(q, Engine::kTorchtitan, &t);
+  EXPECT_EQ(n.plan.cp_comm, plan::CpComm::kRing);
+  EXPECT_EQ(n.plan.cp_a2a, 1);
+}
+
 TEST(CpExport, MegatronImportRefusesOtherExchangesAndBadDegrees) {
   const auto m = model("llama3-8b");
   const auto c = cluster(1, 8, "H100-SXM5-80GB");
@@ -80,7 +106,18 @@ TEST(CpExport, MegatronImportRefusesOtherExchangesAndBadDegrees) {
                            " --num-attention-heads 32 --group-query-attention --num-query-groups 8"
                            " --ffn-hidden-size 14336";
   expect_error(import_megatron_flags(base + " --context-parallel-size 4 --cp-comm-type a2a+p2p", m, c),
-               "--cp-comm-type", "not the hierarchical a2a+p2p");
+               "--hierarchical-context-parallel-sizes", "product");
+  expect_error(import_megatron_flags(base + " --context-parallel-size 4 --cp-comm-type a2a+p2p"
+                                            " --hierarchical-context-parallel-sizes 2 4", m, c),
+               "--hierarchical-context-parallel-sizes", "product");
+  expect_error(import_megatron_flags(base + " --context-parallel-size 4 --cp-comm-type p2p a2a", m, c),
+               "--cp-comm-type", "one type for every layer");
+  expect_error(import_megatron_flags(base + " --context-parallel-size 4 --cp-comm-type ring", m, c),
+               "--cp-comm-type", "a2a+p2p");
+  // The same type for every layer is one type.
+  auto same = import_megatron_flags(base + " --context-parallel-size 4 --cp-comm-type a2a a2a", m, c);
+  ASSERT_TRUE(same) << same.error().to_string();
+  EXPECT_EQ(same->plan.cp_comm, plan::CpComm::kAllToAll);
   expect_error(import_megatron_flags(base + " --context-parallel-size 3", m, c), "--context-parallel-size",
                "does not divide");
 }

@@ -311,7 +311,9 @@ TEST(Megatron, ImportErrorsNameTheFlag) {
   EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 3"), "--pipeline-model-parallel-size");
   EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 16"), "--pipeline-model-parallel-size");
   EXPECT_EQ(error_path("--micro-batch-size 1 --context-parallel-size 3"), "--context-parallel-size");
-  EXPECT_EQ(error_path("--micro-batch-size 1 --context-parallel-size 2 --cp-comm-type a2a+p2p"), "--cp-comm-type");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --context-parallel-size 2 --cp-comm-type a2a+p2p"),
+            "--hierarchical-context-parallel-sizes");
+  EXPECT_EQ(error_path("--micro-batch-size 1 --context-parallel-size 2 --cp-comm-type ring"), "--cp-comm-type");
   EXPECT_EQ(error_path("--micro-batch-size 1 --recompute-granularity full"), "--recompute-method");
   EXPECT_EQ(error_path("--micro-batch-size 1 --recompute-granularity partial"), "--recompute-granularity");
   EXPECT_EQ(error_path("--micro-batch-size 1 --pipeline-model-parallel-size 2 --cpu-offloading-num-layers 2"),

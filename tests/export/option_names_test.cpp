@@ -22,6 +22,7 @@ constexpr std::string_view kMegatronCommit = "d98e8a64ddf34856e74b24714e3bedb2f5
 const std::set<std::string> kMegatronNames{
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
     "--cp-comm-type",  // arguments.py:3221, nargs '+', default ["p2p"]
+    "--hierarchical-context-parallel-sizes",  // ModelParallelConfig, nargs '+': a2a+p2p's group sizes
     "--expert-model-parallel-size", "--sequence-parallel", "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout", "--micro-batch-size",

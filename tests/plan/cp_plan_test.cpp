@@ -82,6 +82,40 @@ TEST(CpPlan, ExchangeFieldRoundTripsAndNeedsCp) {
   expect_error(validate_plan(big, m, h100(2), long_training(131072)), "plan.cp_comm", "4 key/value heads");
 }
 
+// Megatron's hierarchical a2a+p2p: the all-to-all groups' size cp_a2a is required with it, more
+// than 1 and fewer than cp, divides cp and each TP rank's heads, and belongs to it alone.
+TEST(CpPlan, HierarchicalA2aP2pNamesItsGroups) {
+  auto j = parse(R"({"dp": 1, "tp": 1, "pp": 1, "cp": 16, "cp_comm": "a2a+p2p", "cp_a2a": 8,
+                     "micro_batch_size": 1, "grad_accum_steps": 8, "stages": [{"num_layers": 32}]})");
+  auto p = plan_from_json(j, "plan");
+  ASSERT_TRUE(p.has_value()) << p.error().to_string();
+  EXPECT_EQ(p->cp_comm, CpComm::kA2aP2p);
+  EXPECT_EQ(p->cp_a2a, 8);
+  EXPECT_EQ(plan_to_json(*p).at("cp_comm"), "a2a+p2p");
+  EXPECT_EQ(*plan_from_json(plan_to_json(*p), "plan"), *p);
+  const auto m = *spec::catalog_model("llama3-8b");
+  EXPECT_TRUE(validate_plan(*p, m, h100(2), long_training(131072)).has_value());
+  for (int64_t bad : {1, 16, 3}) {
+    j["cp_a2a"] = bad;
+    expect_error(plan_from_json(j, "plan"), "plan.cp_a2a", "divide cp");
+  }
+  j.erase("cp_a2a");
+  expect_error(plan_from_json(j, "plan"), "plan.cp_a2a", "is missing");
+  j["cp_a2a"] = 2;
+  j["cp_comm"] = "ring";
+  expect_error(plan_from_json(j, "plan"), "plan.cp_a2a", "a2a+p2p");
+  // Llama-3-8B's 8 key/value heads over tp 2 leave 4 a rank: all-to-all groups of 8 cannot split them.
+  auto q = *p;
+  q.tp = 2;
+  q.cp = 8;
+  q.cp_a2a = 8 / 2;
+  EXPECT_TRUE(validate_plan(q, m, h100(2), long_training(131072)).has_value());
+  q.cp = 16;
+  q.cp_a2a = 8;
+  q.sequence_parallel = true;
+  expect_error(validate_plan(q, m, h100(4), long_training(131072)), "plan.cp_a2a", "4 key/value heads");
+}
+
 // The GPUs are dp·tp·pp·cp, the message says so; the expert grid spans tp·cp·dp.
 TEST(CpPlan, GpusAreDpTpPpCp) {
   const auto m = *spec::catalog_model("llama3-8b");
