@@ -1,5 +1,8 @@
 #include "tuner/space.hpp"
 
+#include <algorithm>
+#include <numeric>
+
 namespace mist::tuner {
 
 namespace {
@@ -8,8 +11,7 @@ namespace {
 void restrict_cp(SearchSpace& s, engines::Engine e) {
   const engines::CpCaps& caps = engines::engine_caps(e).cp;
   s.cp_comm.clear();
-  // a2a+p2p is predicted, exported and imported but not searched (its groups' size is a knob more).
-  for (auto c : {plan::CpComm::kRing, plan::CpComm::kAllToAll, plan::CpComm::kAllGather})
+  for (auto c : {plan::CpComm::kRing, plan::CpComm::kAllToAll, plan::CpComm::kAllGather, plan::CpComm::kA2aP2p})
     if (caps.runs(c)) s.cp_comm.push_back(c);
   s.cp_with_tp = caps.with_tp;
   s.cp_with_pp = caps.with_pp;
@@ -110,12 +112,18 @@ std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space
 }
 
 std::vector<plan::CpComm> cp_exchanges(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
-                                       int64_t cp, int64_t tp) {
+                                       int64_t cp, int64_t tp, int64_t a2a) {
   if (cp == 1) return {plan::CpComm::kRing};
   std::vector<plan::CpComm> out;
-  for (auto comm : space.cp_comm)
-    if (plan::check_cp(m, t, cp, comm, tp)) out.push_back(comm);
+  for (auto comm : space.cp_comm) {
+    if (comm == plan::CpComm::kA2aP2p && (a2a < 2 || a2a >= cp)) continue;
+    if (plan::check_cp(m, t, cp, comm, tp, a2a)) out.push_back(comm);
+  }
   return out;
+}
+
+int64_t hierarchical_a2a_size(const spec::ClusterSpec& c, int64_t tp, int64_t cp) {
+  return std::gcd(cp, std::max<int64_t>(1, c.gpus_per_node / std::max<int64_t>(1, tp)));
 }
 
 std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
@@ -142,7 +150,8 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
   // Every (micro-batch, chunks, recompute, experts, exchange, all-to-all overlap) of one (tp, pp, cp).
   auto add = [&](int64_t tp, int64_t pp, int64_t cp) {
     const int64_t dp = n / tp / pp / cp;
-    const auto comms = cp_exchanges(space, m, t, cp, tp);
+    const int64_t a2a = hierarchical_a2a_size(c, tp, cp);
+    const auto comms = cp_exchanges(space, m, t, cp, tp, a2a);
     for (int64_t b : space.micro_batch) {
       if (t.global_batch_size % (b * dp)) continue;
       const int64_t G = t.global_batch_size / (b * dp);
@@ -159,6 +168,7 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
                 p.pp = pp;
                 p.cp = cp;
                 p.cp_comm = comm;
+                p.cp_a2a = comm == plan::CpComm::kA2aP2p ? a2a : 1;
                 p.ep = ep;
                 p.etp = etp;
                 p.overlap_moe_a2a = overlap;

@@ -52,7 +52,8 @@ struct SearchSpace {
   // there (a2a: cp divides each TP rank's heads and key/value heads; ring and all_gather: no
   // sliding window). An engine's space takes its EngineCaps::cp: the exchanges it runs, and whether
   // cp > 1 may go with tp > 1, pp > 1 or grouped key/value heads (DeepSpeed-Ulysses: none of them).
-  std::vector<plan::CpComm> cp_comm = {plan::CpComm::kRing, plan::CpComm::kAllToAll, plan::CpComm::kAllGather};
+  std::vector<plan::CpComm> cp_comm = {plan::CpComm::kRing, plan::CpComm::kAllToAll, plan::CpComm::kAllGather,
+                                       plan::CpComm::kA2aP2p};
   bool cp_with_tp = true, cp_with_pp = true, cp_with_grouped_kv = true;
   // Interleaved 1F1B: model chunks per stage (v > 1 needs pp > 1, layers divisible by pp·v and
   // micro-batches divisible by pp, as Megatron-LM; each stage holds whole chunks).
@@ -91,9 +92,13 @@ SearchSpace engine_space(engines::Engine e);
 std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
                                 int64_t gpus, int64_t tp, int64_t pp = 1);
 // The exchanges of space.cp_comm that plan::check_cp allows at (cp, tp), in the space's order; ring
-// alone at cp = 1 (where it means nothing).
+// alone at cp = 1 (where it means nothing). a2a+p2p only with all-to-all groups of `a2a` ranks,
+// 1 < a2a < cp.
 std::vector<plan::CpComm> cp_exchanges(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
-                                       int64_t cp, int64_t tp);
+                                       int64_t cp, int64_t tp, int64_t a2a = 1);
+// The all-to-all groups the search gives a2a+p2p: the CP ranks a node holds (cp ranks tp apart), so
+// that the all-to-alls stay on NVLink and the ring alone crosses the network.
+int64_t hierarchical_a2a_size(const spec::ClusterSpec& c, int64_t tp, int64_t cp);
 // Parallel layouts to try: dp·tp·pp·cp = GPUs (cp of cp_degrees, each with every exchange of
 // cp_exchanges), tp within a node and dividing heads, kv heads and FFN, pp ≤ layers, micro-batch·dp
 // dividing the global batch; for a mixture of experts, each (ep, etp) of expert_degrees.

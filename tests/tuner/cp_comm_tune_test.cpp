@@ -101,8 +101,9 @@ TEST(CpCommTune, EachExchangeIsCostedWithItsOwnBuffers) {
 
 // A CP group of 16 across two nodes with 4,096 tokens per rank: each ring step's K/V block crosses
 // the network in longer than the step's attention takes, while the all-to-all moves each rank's
-// q, k, v and output once. The search keeps the exchange that is fastest for the layout: the
-// predictions of the same plan with the other exchanges are slower (or do not fit).
+// q, k, v and output once, and a2a+p2p does that inside each node and rings the 2 nodes. The search
+// keeps the exchange that is fastest for the layout: the predictions of the same plan with the
+// other exchanges are slower (or do not fit).
 TEST(CpCommTune, KeepsTheFastestExchange) {
   const auto c = cluster("H100-SXM5-80GB", 2, 8);
   const auto t = long_training(4, 65536);
@@ -122,15 +123,20 @@ TEST(CpCommTune, KeepsTheFastestExchange) {
   ASSERT_FALSE(r->best.empty());
   const auto& best = r->best.front();
   EXPECT_EQ(best.plan.cp, 16);
-  EXPECT_EQ(best.plan.cp_comm, CpComm::kAllToAll);
-  for (auto other : {CpComm::kRing, CpComm::kAllGather}) {
+  // Megatron's hierarchical a2a+p2p with a node's 8 CP ranks as the all-to-all groups: its
+  // all-to-alls stay on NVLink, only its ring of 2 crosses the network.
+  EXPECT_EQ(best.plan.cp_comm, CpComm::kA2aP2p);
+  EXPECT_EQ(best.plan.cp_a2a, 8);
+  for (auto other : {CpComm::kRing, CpComm::kAllToAll, CpComm::kAllGather}) {
     auto q = best.plan;
     q.cp_comm = other;
+    q.cp_a2a = 1;
     auto pred = predict(m, c, t, q);
     ASSERT_TRUE(pred) << pred.error().to_string();
     if (pred->memory.fits) { EXPECT_GT(pred->time.iteration_time_s, best.iteration_time_s) << plan::to_string(other); }
   }
-  // Llama-2-13B's 40 heads do not split over 16 ranks: the same search never offers the a2a.
+  // Llama-2-13B's 40 heads do not split over 16 ranks: the same search never offers the flat a2a
+  // (a2a+p2p splits them over 8).
   auto r13 = tune_cp16(*spec::catalog_model("llama2-13b"));
   ASSERT_TRUE(r13) << r13.error().to_string();
   ASSERT_FALSE(r13->best.empty());
