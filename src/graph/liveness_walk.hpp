@@ -139,6 +139,10 @@ struct Walk {
     while (i > 0 && same_run(i)) --i;
     return i;
   }
+  int run_last(int i) const {
+    while (i + 1 < static_cast<int>(L.ops.size()) && same_run(i + 1)) ++i;
+    return i;
+  }
 
   std::set<int> saved_storages(bool selective) const {
     if (selective && whole_layer_policy()) {
@@ -180,12 +184,13 @@ struct Walk {
     for (int i = first; i <= last; ++i)
       for (int t : L.ops[i].inputs) last_use[storage(t)] = i;
     // An output restored later (Op::restore_at) is freed only once the module holding the hook
-    // has run (discard_output_and_register_recompute follows it), if its consumers saved it.
+    // has run (discard_output_and_register_recompute follows it), if ops after its run saved it
+    // (one inside the run is the module's own, freed as it goes).
     for (int i = first; i <= last; ++i) {
       const Op& op = L.ops[i];
       if (!without_output(op) || op.restore_at <= i) continue;
       for (int t : op.outputs)
-        if (!is_view(t) && saved_outside(i, i, storage(t)))
+        if (!is_view(t) && saved_outside(run_first(i), run_last(i), storage(t)))
           last_use[storage(t)] = std::max(last_use[storage(t)], std::min(op.restore_at, last));
     }
     std::set<int> live = cached;
@@ -324,8 +329,7 @@ struct Walk {
     const int n = static_cast<int>(L.ops.size());
     for (int first = 0; first < n; ++first) {
       if (!without_output(L.ops[first]) || L.ops[first].restore_at != at || (first > 0 && same_run(first))) continue;
-      int last = first;
-      while (last + 1 < n && same_run(last + 1)) ++last;
+      const int last = run_last(first);
       std::set<int> keep, outputs;
       for (int j = first; j <= last; ++j) {
         for (int t : L.ops[j].saved) keep.insert(storage(t));
