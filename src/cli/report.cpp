@@ -25,7 +25,11 @@ std::string parameter_summary(const spec::ModelSpec& m) {
 
 std::string extra_degrees_text(const plan::Plan& p) {
   // The K/V exchange when it is not the ring (plan.cp_comm).
-  const std::string comm = p.cp_comm != plan::CpComm::kRing ? fmt::format(" {}", plan::to_string(p.cp_comm)) : "";
+  // a2a+p2p with its groups: the all-to-all's size × the ring's.
+  const std::string comm = p.cp_comm == plan::CpComm::kA2aP2p
+                               ? fmt::format(" a2a+p2p {}×{}", p.cp_a2a, p.cp / std::max<int64_t>(1, p.cp_a2a))
+                           : p.cp_comm != plan::CpComm::kRing ? fmt::format(" {}", plan::to_string(p.cp_comm))
+                                                              : std::string();
   return (p.cp > 1 ? fmt::format(" cp {}{}", p.cp, comm) : std::string()) +
          (p.ep > 1 || p.etp > 1 ? fmt::format(" ep {} etp {}", p.ep, p.etp) : std::string());
 }
@@ -48,7 +52,10 @@ std::string header(const Job& job) {
       p.sequence_parallel ? "+sp" : "", p.pp,
       p.virtual_pipeline_stages > 1 ? fmt::format(" (v {})", p.virtual_pipeline_stages) : "", extra_degrees_text(p),
       p.micro_batch_size, p.grad_accum_steps, job.training.global_batch_size, job.training.seq_length,
-      spec::precision_name(job.training));
+      spec::precision_name(job.training) +
+          (p.recompute == plan::Recompute::kSelective && job.training.recompute_modules != spec::kRecomputeCoreAttn
+               ? " | selective recompute of " + join(spec::recompute_module_names(job.training.recompute_modules))
+               : std::string()));
 }
 
 std::string band_text(const Prediction& pred) {
