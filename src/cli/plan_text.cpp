@@ -26,9 +26,9 @@ std::string plan_compact(const plan::Plan& p) {
 std::string plan_legend() {
   return "legend: dp, tp, pp data-, tensor- and pipeline-parallel degrees (v interleaved model chunks per stage, "
          "cp context-parallel,\n"
-         "  with a2a or all_gather its K/V exchange when not the ring, ep/etp expert-parallel degrees, ovl their "
-         "all-to-alls\n  overlapped with another micro-batch's compute); mb micro-batch size; G micro-batches per "
-         "iteration; sel selective recompute;\n"
+         "  with a2a, all_gather or a2a+p2p a×r (all-to-alls over a, the ring over r) its K/V exchange when not the "
+         "ring,\n  ep/etp expert-parallel degrees, ovl their all-to-alls overlapped with another micro-batch's "
+         "compute); mb micro-batch size;\n  G micro-batches per iteration; sel selective recompute;\n"
          "  zero the ZeRO level of each stage; ckpt fully recomputed/layers of each stage; offload sN:w/g/o/a the "
          "fractions of\n"
          "  weights/gradients/optimizer states/activations stage N keeps in host memory; gap: slower than #1; "
