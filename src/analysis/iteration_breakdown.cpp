@@ -26,7 +26,7 @@ std::vector<TimeTerm> iteration_breakdown(const TimePrediction& t, int64_t grad_
   return {
       {"compute", "forward and backward of the slowest stage's micro-batches, with what overlaps them (ZeRO-3 "
                   "gathers, offload copies)", G * compute},
-      {"recompute", "forward recomputation of checkpointed blocks / attention cores on the slowest stage",
+      {"recompute", "forward recomputation of fully recomputed blocks / selectively recomputed modules on the slowest stage",
        G * recompute},
       {"tp_communication", "tensor-parallel collectives on the slowest stage", G * tp},
       {"pipeline_p2p", "activations and gradients sent between stages, on the slowest stage", G * p2p},

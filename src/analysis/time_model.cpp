@@ -474,7 +474,7 @@ StageTime StageTimer::time(const plan::StagePlan& st, int index) const {
   s.stable_terms = {
       {"forward", "blocks, embedding/head forward incl. TP collectives and overlapped ZeRO-3/offload", p.fwd},
       {"backward", "input and weight gradients, recompute, TP collectives, overlapped ZeRO/offload", p.bwd},
-      {"recompute", "(part of backward) forward recomputation of checkpointed blocks / attention cores", p.recompute},
+      {"recompute", "(part of backward) forward recomputation of fully recomputed blocks / selectively recomputed modules", p.recompute},
       {"tp_communication", "(part of forward and backward) tensor-parallel collectives", p.tp},
       {"pipeline_p2p", "sending activations and their gradients to neighbouring stages", p.p2p},
   };
