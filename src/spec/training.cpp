@@ -23,6 +23,10 @@ constexpr int64_t kMaxMtpLayers = 64;
 // Megatron's module names; the i-th is RecomputeModule bit 1 << i.
 constexpr std::string_view kRecomputeModules[] = {"core_attn", "layernorm",      "mlp",        "moe",
                                                   "moe_act",   "shared_experts", "mla_up_proj"};
+static_assert(kRecomputeCoreAttn == 1u << 0 && kRecomputeLayernorm == 1u << 1 && kRecomputeMlp == 1u << 2 &&
+                  kRecomputeMoe == 1u << 3 && kRecomputeMoeAct == 1u << 4 && kRecomputeSharedExperts == 1u << 5 &&
+                  kRecomputeMlaUpProj == 1u << 6 && std::size(kRecomputeModules) == 7,
+              "kRecomputeModules lists the RecomputeModule bits in order");
 
 Dtype parse_dtype(const std::string& s) {
   if (s == "fp32") return Dtype::kFp32;
