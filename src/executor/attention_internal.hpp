@@ -1,5 +1,6 @@
-// Shared by attention.cpp and ring_attention.cpp: views of one head, the attention Functions'
-// saved arguments, and the causal score tile of flash attention.
+// Shared by attention.cpp, ring_attention.cpp and cp_exchanges.cpp: views of one head, the
+// attention Functions' saved arguments, the causal score tile of flash attention, and what the
+// context-parallel exchanges share (the other ranks' tokens, attention over a causal prefix).
 #pragma once
 
 #include <cstdint>
@@ -33,5 +34,30 @@ inline at::Tensor tile_scores(const at::Tensor& qf, const at::Tensor& kf, int64_
   diag.masked_fill_(at::ones({n, n}, sc.options().dtype(at::kBool)).triu_(1), -std::numeric_limits<float>::infinity());
   return sc;
 }
+
+// Context parallelism (BlockRun::cp): the sequence is 2·cp chunks of c tokens; the measured rank is
+// the last, r = cp−1, holding chunks cp−1 and cp (contiguous, global positions P = (cp−1)·c on).
+// Every exchange computes the same function of its local q, k, v: each local query attends to
+// chunks 0..cp−2 (the other ranks' keys, drawn) and causally to the local keys. The other ranks'
+// tokens are drawn from a generator seeded by the chunk alone, so every pass and every exchange
+// sees the same ones; they are rounded to the training dtype as a received tensor would be.
+// Chunk `chunk`'s k then v [c, b, width] (width = 2·g·d), or its q [c, b, a·d], in `opts`' dtype.
+at::Tensor remote_kv(int64_t chunk, int64_t c, int64_t b, int64_t width, const at::TensorOptions& opts);
+at::Tensor remote_q(int64_t chunk, int64_t c, int64_t b, int64_t width, const at::TensorOptions& opts);
+
+// One head of flash attention over a causal prefix, in fp32 (tensors [n, d], contiguous): query
+// row i, at global position p0 + i, attends to keys [0, p0 + i] of kf and vf.
+struct PrefixForward {
+  at::Tensor out, lse;  // [n, d], [n]
+};
+PrefixForward prefix_attention(const at::Tensor& qf, const at::Tensor& kf, const at::Tensor& vf, int64_t p0, double scale);
+// Its backward from the output gradient gof (and the forward's of and lse): dq [n, d], and dk, dv
+// over all of kf's rows (zero beyond the last key a query reaches).
+struct PrefixBackward {
+  at::Tensor dq, dk, dv;
+};
+PrefixBackward prefix_attention_backward(const at::Tensor& qf, const at::Tensor& kf, const at::Tensor& vf,
+                                         const at::Tensor& of, const at::Tensor& lse, const at::Tensor& gof, int64_t p0,
+                                         double scale);
 
 }  // namespace mist::executor::ops::detail

@@ -101,6 +101,11 @@ Result<void> check_run(const BlockRun& r) {
                             "inside the fused attention kernel");
     if (r.seq_length % (2 * r.cp) != 0)
       return fail("run.cp", "cp splits each sequence into 2·cp load-balanced chunks: 2·cp must divide seq_length");
+    const auto x = r.cp_exchange;
+    if (x != graph::CpExchange::kRing && x != graph::CpExchange::kAllToAll && x != graph::CpExchange::kAllGather)
+      return fail("run.cp_exchange", "the executor runs Transformer Engine's p2p ring, a2a and all_gather");
+    if (x == graph::CpExchange::kAllToAll && (m.num_heads % r.cp != 0 || m.num_kv_heads % r.cp != 0))
+      return fail("run.cp_exchange", "a2a splits the heads and the key/value heads over the cp ranks: cp must divide both");
   }
   if (r.layer != graph::LayerKind::kBlock && r.checkpoint != CheckpointMode::kNone)
     return fail("run.checkpoint", "only blocks are checkpointed");

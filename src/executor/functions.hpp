@@ -81,6 +81,15 @@ at::Tensor flash_attention(at::Tensor q, at::Tensor k, at::Tensor v,
 // a partial dq and dK/dV. Step 0 attends causally over the local keys, step i > 0 all local
 // queries to the first half (an earlier chunk) of block i.
 at::Tensor ring_flash_attention(at::Tensor q, at::Tensor k, at::Tensor v, const AttnDims& d, int op);
+// The same rank under Transformer Engine's other exchanges (cp_exchanges.cpp), computing the same
+// function (its queries against chunks 0..cp−2, drawn, and causally against its own keys) with the
+// buffers cp_attention_core counts for each. a2a (AttnFuncWithCPAndQKVOA2A; cp divides the heads
+// and the K/V heads): q, k, v of the rank's head group over every token after an all-to-all, the
+// kernel's output for them; backward their output gradient and dq, dk, dv. all_gather
+// (AttnFuncWithCPAndKVAllGather): the gathered K/V and their sequence-order copy, one chunk
+// kernel's output; backward the gathered K/V again, full-length dK/dV and one kernel's gradients.
+at::Tensor a2a_flash_attention(at::Tensor q, at::Tensor k, at::Tensor v, const AttnDims& d, int op);
+at::Tensor allgather_flash_attention(at::Tensor q, at::Tensor k, at::Tensor v, const AttnDims& d, int op);
 
 // Embedding and head ops (embedding_head.cpp).
 // Vocab lookup of tokens [s, b] in table.w [V, h]: saves the token ids; the table's gradient is

@@ -171,7 +171,15 @@ at::Tensor LayerBase::maybe_dropout(at::Tensor x, const char* name) {
 }
 
 at::Tensor Block::core(at::Tensor q, at::Tensor k, at::Tensor v) {
-  if (run_.cp > 1) return ops::ring_flash_attention(std::move(q), std::move(k), std::move(v), dims_, id("attn.core"));
+  if (run_.cp > 1) {
+    const int op = id("attn.core");
+    switch (run_.cp_exchange) {
+      case graph::CpExchange::kAllToAll: return ops::a2a_flash_attention(std::move(q), std::move(k), std::move(v), dims_, op);
+      case graph::CpExchange::kAllGather:
+        return ops::allgather_flash_attention(std::move(q), std::move(k), std::move(v), dims_, op);
+      default: return ops::ring_flash_attention(std::move(q), std::move(k), std::move(v), dims_, op);
+    }
+  }
   if (run_.flash_attention) return ops::flash_attention(std::move(q), std::move(k), std::move(v), dims_, id("attn.core"));
   if (dims_.groups != dims_.heads) std::tie(k, v) = ops::expand_kv(std::move(k), std::move(v), dims_, id("attn.expand_kv"));
   auto scores = ops::qk(std::move(q), std::move(k), dims_, id("attn.qk"));

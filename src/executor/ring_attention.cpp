@@ -5,7 +5,6 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "executor/attention_internal.hpp"
 #include "executor/functions.hpp"
@@ -23,10 +22,9 @@ using namespace detail;
 // graph/lower.cpp's cp_attention_core byte for byte: every tensor the ring holds is an
 // activation of exactly the lowering's size; all fp32 copies and tiles are workspace.
 
-// K/V block i of the ring [s, b, 2·g·d] (k then v per token): block 0 is the local k and v; the
-// blocks other ranks would send are drawn from a generator seeded by the step alone, so every
-// pass (a recompute, a backward, a finite difference) sees the same ones.
-void fill_block(at::Tensor& blk, const at::Tensor& k, const at::Tensor& v, int64_t step) {
+// K/V block i of the ring [s, b, 2·g·d] (k then v per token): block 0 is the local k and v; block
+// i > 0 is rank cp−1−i's, chunks cp−1−i and cp+i, drawn (remote_kv) as every exchange draws them.
+void fill_block(at::Tensor& blk, const at::Tensor& k, const at::Tensor& v, int64_t step, int64_t cp) {
   const int64_t kvw = k.size(2);
   if (step == 0) {
     blk.narrow(2, 0, kvw).copy_(k);
@@ -34,8 +32,9 @@ void fill_block(at::Tensor& blk, const at::Tensor& k, const at::Tensor& v, int64
     return;
   }
   ScopedAllocClass ws(AllocClass::kWorkspace);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(0x5eedc0de + static_cast<uint64_t>(step));
-  blk.copy_(at::randn(blk.sizes(), gen, blk.options().dtype(at::kFloat)));
+  const int64_t c = blk.size(0) / 2, b = blk.size(1), width = blk.size(2);
+  blk.narrow(0, 0, c).copy_(remote_kv(cp - 1 - step, c, b, width, blk.options()));
+  blk.narrow(0, c, c).copy_(remote_kv(cp + step, c, b, width, blk.options()));
 }
 
 // The k and v heads of kv head `gh` of sequence `bi` in a block, [s, d] views.
@@ -68,7 +67,7 @@ struct RingFlashFn : torch::autograd::Function<RingFlashFn> {
     std::vector<at::Tensor> blocks;
     for (int64_t i = 0; i < cp; ++i) {
       blocks.push_back(at::empty({s, b, 2 * kvw}, k.options()));
-      fill_block(blocks.back(), k, v, i);
+      fill_block(blocks.back(), k, v, i, cp);
     }
     // attn.core.cp_step_outputs: each step's output and fp32 log-sum-exp, kept to the correction.
     std::vector<at::Tensor> outs, lses;
@@ -129,13 +128,13 @@ struct RingFlashFn : torch::autograd::Function<RingFlashFn> {
     at::Tensor ring[2] = {at::zeros({2, s, b, 2 * kvw}, k.options()), at::zeros({2, s, b, 2 * kvw}, k.options())};
     {
       auto kv0 = ring[0][0];
-      fill_block(kv0, k, v, 0);
+      fill_block(kv0, k, v, 0, cp);
     }
     for (int64_t i = 0; i < cp; ++i) {
       auto& buf = ring[i % 2];
       if (i + 1 < cp) {  // the next step's K/V arrives in the other buffer
         auto next = ring[(i + 1) % 2][0];
-        fill_block(next, k, v, i + 1);
+        fill_block(next, k, v, i + 1, cp);
       }
       // attn.core.cp_step_grads: this step's dq and dK/dV.
       auto dq = at::empty({s, b, w}, q.options());

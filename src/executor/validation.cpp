@@ -233,6 +233,12 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   p.etp = r.etp;
   // One rank of a context-parallel group: a plan of cp GPUs (dp = tp = pp = 1), its CP lowering.
   p.cp = r.cp;
+  switch (r.cp_exchange) {
+    case graph::CpExchange::kAllToAll: p.cp_comm = plan::CpComm::kAllToAll; break;
+    case graph::CpExchange::kAllGather: p.cp_comm = plan::CpComm::kAllGather; break;
+    case graph::CpExchange::kRing: break;
+    default: return fail("run.cp_exchange", "the executor runs Transformer Engine's p2p ring, a2a and all_gather");
+  }
   auto cluster = cpu_cluster();
   cluster.gpus_per_node = r.cp * dp;
   MIST_TRY(auto job, analysis::PreparedJob::create(m, cluster, t));

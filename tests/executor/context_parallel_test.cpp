@@ -1,6 +1,7 @@
 // Context parallelism on the executor (issue 17): one rank of the ring, the last (the one mist's
 // memory model bounds), measured byte for byte against the CP lowering's saved activations and
-// forward and backward peaks (graph/lower.cpp cp_attention_core).
+// forward and backward peaks (graph/lower.cpp cp_attention_core); and the same rank under
+// Transformer Engine's a2a and all_gather exchanges (2026-12-07).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -28,8 +29,27 @@ BlockRun llama_cp(int64_t cp, Dtype dt, CM ck, int64_t s = 512) {
   return r;
 }
 
+const char* exchange_name(graph::CpExchange x) {
+  switch (x) {
+    case graph::CpExchange::kAllToAll: return "a2a";
+    case graph::CpExchange::kAllGather: return "all_gather";
+    default: return "p2p";
+  }
+}
+
 std::string name(const BlockRun& r) {
-  return fmt::format("cp {} {} {}", r.cp, spec::to_string(r.dtype), to_string(r.checkpoint));
+  return fmt::format("cp {} {} {} {}", r.cp, exchange_name(r.cp_exchange), spec::to_string(r.dtype),
+                     to_string(r.checkpoint));
+}
+
+// The exchanges besides the ring, on a block whose 8 heads and 4 K/V heads split over cp = 2 and 4
+// (a2a needs both).
+BlockRun exchange_cp(graph::CpExchange x, int64_t cp, Dtype dt, CM ck, int64_t s = 512) {
+  auto r = run(model("llama", 256, 8, 4), s, 1, dt, ck, true);
+  r.cp = cp;
+  r.cp_exchange = x;
+  r.micro_batches = 1;
+  return r;
 }
 
 TEST(ContextParallel, LastRankMatchesTheModelByteForByte) {
@@ -108,6 +128,59 @@ TEST(ContextParallel, RingBuffersAreWhatTheAttentionCoreAdds) {
   }
 }
 
+TEST(ContextParallel, A2aAndAllGatherMatchTheModelByteForByte) {
+  for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather})
+    for (int64_t cp : {2, 4})
+      for (Dtype dt : {Dtype::kFp32, Dtype::kBf16})
+        for (CM ck : {CM::kNone, CM::kFull}) {
+          const auto r = exchange_cp(x, cp, dt, ck);
+          SCOPED_TRACE(name(r));
+          testing::expect_block_matches_model(r, /*reserved=*/false);
+        }
+}
+
+// Each exchange's buffers, measured as what attn.core adds over flash attention without CP on the
+// same s/cp tokens. a2a: the rank's heads of every token (the bytes of q, k and v) and the kernel's
+// output for them; backward their output gradient and dq, dk, dv. all_gather: the gathered K/V
+// twice (as gathered, in sequence order) and one kernel's output and lse; backward the gathered
+// K/V, full-length dK/dV, and one kernel's dq and full-length dK/dV.
+TEST(ContextParallel, A2aAndAllGatherBuffersAreWhatTheAttentionCoreAdds) {
+  const int64_t cp = 4, s = 512, sl = s / cp, h = 256, a = 8, kvw = 128;
+  for (Dtype dt : {Dtype::kFp32, Dtype::kBf16}) {
+    SCOPED_TRACE(spec::to_string(dt));
+    const int64_t w = spec::dtype_bytes(dt);
+    const int64_t block = 2 * sl * kvw * w, out = sl * h * w, q = sl * h * w, lse = sl * a * 4;
+    auto plain = measure_block(exchange_cp(graph::CpExchange::kRing, 1, dt, CM::kNone, sl));
+    auto a2a = measure_block(exchange_cp(graph::CpExchange::kAllToAll, cp, dt, CM::kNone));
+    auto ag = measure_block(exchange_cp(graph::CpExchange::kAllGather, cp, dt, CM::kNone));
+    ASSERT_TRUE(plain && a2a && ag);
+    EXPECT_EQ(a2a->saved_bytes, plain->saved_bytes);
+    EXPECT_EQ(ag->saved_bytes, plain->saved_bytes);
+    EXPECT_EQ(core_peak(*a2a, "forward") - core_peak(*plain, "forward"), q + block + out);
+    EXPECT_EQ(core_peak(*a2a, "backward") - core_peak(*plain, "backward"), out + q + block);
+    EXPECT_EQ(core_peak(*ag, "forward") - core_peak(*plain, "forward"), 2 * cp * block + out + lse);
+    EXPECT_EQ(core_peak(*ag, "backward") - core_peak(*plain, "backward"), 2 * cp * block + cp * block + q + cp * block);
+  }
+}
+
+// The three exchanges compute one function (the rank's queries against the other ranks' earlier
+// chunks and, causally, its own keys): the same output and gradients, in fp32 to rounding.
+TEST(ContextParallel, ExchangesComputeTheSameAttention) {
+  for (int64_t cp : {2, 4}) {
+    SCOPED_TRACE(cp);
+    auto ring = measure_block(exchange_cp(graph::CpExchange::kRing, cp, Dtype::kFp32, CM::kNone, 128));
+    ASSERT_TRUE(ring);
+    for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather}) {
+      SCOPED_TRACE(exchange_name(x));
+      auto m = measure_block(exchange_cp(x, cp, Dtype::kFp32, CM::kNone, 128));
+      ASSERT_TRUE(m);
+      EXPECT_NEAR(m->output_sumsq, ring->output_sumsq, 1e-5 * ring->output_sumsq);
+      EXPECT_NEAR(m->input_grad_sumsq, ring->input_grad_sumsq, 1e-4 * ring->input_grad_sumsq);
+      EXPECT_NEAR(m->weight_grad_sumsq, ring->weight_grad_sumsq, 1e-4 * ring->weight_grad_sumsq);
+    }
+  }
+}
+
 TEST(ContextParallel, SavedActivationsShrinkWithTheRanksTokens) {
   for (Dtype dt : {Dtype::kFp32, Dtype::kBf16}) {
     auto one = measure_block(llama_cp(1, dt, CM::kNone));
@@ -142,6 +215,18 @@ TEST(ContextParallel, GradientsMatchFiniteDifferences) {
   }
 }
 
+TEST(ContextParallel, A2aAndAllGatherGradientsMatchFiniteDifferences) {
+  for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather}) {
+    auto r = run(model("llama", 64, 4, 2), 64, 2, Dtype::kFp32, CM::kNone, true);
+    r.cp = 2;
+    r.cp_exchange = x;
+    auto c = check_gradients(r);
+    ASSERT_TRUE(c) << c.error().to_string();
+    EXPECT_LT(c->input_error(), 2e-2) << exchange_name(x) << ": " << c->input_numeric << " vs " << c->input_analytic;
+    EXPECT_LT(c->weights_error(), 2e-2) << exchange_name(x) << ": " << c->weights_numeric << " vs " << c->weights_analytic;
+  }
+}
+
 TEST(ContextParallel, RecomputeAgreesWithSavingEverything) {
   auto none = measure_block(llama_cp(2, Dtype::kFp32, CM::kNone, 128));
   auto full = measure_block(llama_cp(2, Dtype::kFp32, CM::kFull, 128));
@@ -161,6 +246,17 @@ TEST(ContextParallel, RejectsRunsTheRingCannotMake) {
   m = measure_block(r);
   ASSERT_FALSE(m);
   EXPECT_EQ(m.error().path, "run.cp");
+  // a2a splits the 2 K/V heads over the ranks: not over 4; torchtitan's gather ring is not run.
+  r = exchange_cp(graph::CpExchange::kAllToAll, 4, Dtype::kFp32, CM::kNone);
+  r.model.num_kv_heads = 2;
+  m = measure_block(r);
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().path, "run.cp_exchange");
+  r = llama_cp(2, Dtype::kFp32, CM::kNone);
+  r.cp_exchange = graph::CpExchange::kGatherRing;
+  m = measure_block(r);
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().path, "run.cp_exchange");
   r = llama_cp(0, Dtype::kFp32, CM::kNone);
   m = measure_block(r);
   ASSERT_FALSE(m);
