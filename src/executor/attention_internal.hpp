@@ -46,11 +46,13 @@ at::Tensor remote_kv(int64_t chunk, int64_t c, int64_t b, int64_t width, const a
 at::Tensor remote_q(int64_t chunk, int64_t c, int64_t b, int64_t width, const at::TensorOptions& opts);
 
 // One head of flash attention over a causal prefix, in fp32 (tensors [n, d], contiguous): query
-// row i, at global position p0 + i, attends to keys [0, p0 + i] of kf and vf.
+// row i, at global position p0 + i, attends to keys [0, p0 + i] of kf and vf (to all of them when
+// not causal: keys that precede every query).
 struct PrefixForward {
   at::Tensor out, lse;  // [n, d], [n]
 };
-PrefixForward prefix_attention(const at::Tensor& qf, const at::Tensor& kf, const at::Tensor& vf, int64_t p0, double scale);
+PrefixForward prefix_attention(const at::Tensor& qf, const at::Tensor& kf, const at::Tensor& vf, int64_t p0, double scale,
+                               bool causal = true);
 // Its backward from the output gradient gof (and the forward's of and lse): dq [n, d], and dk, dv
 // over all of kf's rows (zero beyond the last key a query reaches).
 struct PrefixBackward {
@@ -58,6 +60,6 @@ struct PrefixBackward {
 };
 PrefixBackward prefix_attention_backward(const at::Tensor& qf, const at::Tensor& kf, const at::Tensor& vf,
                                          const at::Tensor& of, const at::Tensor& lse, const at::Tensor& gof, int64_t p0,
-                                         double scale);
+                                         double scale, bool causal = true);
 
 }  // namespace mist::executor::ops::detail

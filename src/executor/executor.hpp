@@ -7,7 +7,7 @@
 // Tensor parallelism is 1 (no collectives on one CPU), hence no sequence parallelism either.
 // Context parallelism runs one rank of the ring (BlockRun::cp): its tokens, and the K/V blocks,
 // per-step outputs and ring buffers it holds, with the blocks other ranks would send drawn here
-// (or the buffers of Transformer Engine's a2a or all-gather exchange: BlockRun::cp_exchange).
+// (or the buffers of Transformer Engine's a2a, all-gather or a2a+p2p exchange: BlockRun::cp_exchange).
 // A mixture of experts runs one rank of its expert grid (BlockRun::ep, etp) likewise.
 // Only this header is needed to use the executor; LibTorch stays inside its .cpp files.
 #pragma once
@@ -46,8 +46,11 @@ struct BlockRun {
   // dK/dV of them that would travel back stay on this rank.
   int64_t cp = 1;
   // The K/V exchange of that rank: kRing (the above), kAllToAll (TE's a2a: cp divides the heads and
-  // the K/V heads) or kAllGather (TE's all_gather), each with its own buffers and the same result.
+  // the K/V heads), kAllGather (TE's all_gather) or kA2aP2p (TE's a2a+p2p with all-to-all groups of
+  // cp_a2a ranks: 1 < cp_a2a < cp, dividing cp, the heads and the K/V heads), each with its own
+  // buffers and the same result.
   graph::CpExchange cp_exchange = graph::CpExchange::kRing;
+  int64_t cp_a2a = 1;
   // Expert parallelism (mixture-of-experts blocks; graph/lower_moe.cpp): the block runs as one
   // rank of an ep × etp expert grid, with E/ep local experts of 1/etp of their width each (ep
   // divides E, etp the expert width). Routing is balanced and fixed (each expert gets s·b·k/E rows

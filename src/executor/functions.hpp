@@ -49,6 +49,7 @@ struct AttnDims {
   int64_t heads = 0, groups = 0, head_dim = 0;  // a, g, h/a
   double scale = 1.0;                           // 1/sqrt(head_dim)
   int64_t cp = 1;                               // context parallelism: ring_flash_attention's steps
+  int64_t cp_a2a = 1;                           // a2a+p2p: the all-to-all groups' size
 };
 
 at::Tensor linear(at::Tensor x, const LinearParams& p, int op);
@@ -90,6 +91,10 @@ at::Tensor ring_flash_attention(at::Tensor q, at::Tensor k, at::Tensor v, const 
 // kernel's output; backward the gathered K/V again, full-length dK/dV and one kernel's gradients.
 at::Tensor a2a_flash_attention(at::Tensor q, at::Tensor k, at::Tensor v, const AttnDims& d, int op);
 at::Tensor allgather_flash_attention(at::Tensor q, at::Tensor k, at::Tensor v, const AttnDims& d, int op);
+// a2a+p2p (AttnFuncWithCPAndKVP2P with cp_group_a2a; d.cp_a2a = a divides cp, the heads and the
+// K/V heads): the a2a's buffers over the rank's group of a ranks, and the ring's over the cp/a
+// groups with the head-sharded blocks (cp/a steps).
+at::Tensor a2a_p2p_flash_attention(at::Tensor q, at::Tensor k, at::Tensor v, const AttnDims& d, int op);
 
 // Embedding and head ops (embedding_head.cpp).
 // Vocab lookup of tokens [s, b] in table.w [V, h]: saves the token ids; the table's gradient is

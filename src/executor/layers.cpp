@@ -18,6 +18,7 @@ Block::Block(const BlockRun& r, at::ScalarType dtype) : LayerBase(r, dtype) {
   dims_.head_dim = m.hidden_size / m.num_heads;
   dims_.scale = 1.0 / std::sqrt(static_cast<double>(dims_.head_dim));
   dims_.cp = r.cp;
+  dims_.cp_a2a = r.cp_a2a;
   moe_.experts = m.num_experts;
   moe_.topk = m.experts_per_token;
   moe_.ep = r.ep;
@@ -177,6 +178,8 @@ at::Tensor Block::core(at::Tensor q, at::Tensor k, at::Tensor v) {
       case graph::CpExchange::kAllToAll: return ops::a2a_flash_attention(std::move(q), std::move(k), std::move(v), dims_, op);
       case graph::CpExchange::kAllGather:
         return ops::allgather_flash_attention(std::move(q), std::move(k), std::move(v), dims_, op);
+      case graph::CpExchange::kA2aP2p:
+        return ops::a2a_p2p_flash_attention(std::move(q), std::move(k), std::move(v), dims_, op);
       default: return ops::ring_flash_attention(std::move(q), std::move(k), std::move(v), dims_, op);
     }
   }

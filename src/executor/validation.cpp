@@ -236,8 +236,12 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   switch (r.cp_exchange) {
     case graph::CpExchange::kAllToAll: p.cp_comm = plan::CpComm::kAllToAll; break;
     case graph::CpExchange::kAllGather: p.cp_comm = plan::CpComm::kAllGather; break;
+    case graph::CpExchange::kA2aP2p:
+      p.cp_comm = plan::CpComm::kA2aP2p;
+      p.cp_a2a = r.cp_a2a;
+      break;
     case graph::CpExchange::kRing: break;
-    default: return fail("run.cp_exchange", "the executor runs Transformer Engine's p2p ring, a2a and all_gather");
+    default: return fail("run.cp_exchange", "the executor runs Transformer Engine's p2p ring, a2a, all_gather and a2a+p2p");
   }
   auto cluster = cpu_cluster();
   cluster.gpus_per_node = r.cp * dp;

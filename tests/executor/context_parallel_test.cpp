@@ -33,21 +33,23 @@ const char* exchange_name(graph::CpExchange x) {
   switch (x) {
     case graph::CpExchange::kAllToAll: return "a2a";
     case graph::CpExchange::kAllGather: return "all_gather";
+    case graph::CpExchange::kA2aP2p: return "a2a+p2p";
     default: return "p2p";
   }
 }
 
 std::string name(const BlockRun& r) {
-  return fmt::format("cp {} {} {} {}", r.cp, exchange_name(r.cp_exchange), spec::to_string(r.dtype),
-                     to_string(r.checkpoint));
+  return fmt::format("cp {} {} (a2a groups {}) {} {}", r.cp, exchange_name(r.cp_exchange), r.cp_a2a,
+                     spec::to_string(r.dtype), to_string(r.checkpoint));
 }
 
 // The exchanges besides the ring, on a block whose 8 heads and 4 K/V heads split over cp = 2 and 4
-// (a2a needs both).
+// (a2a needs both); a2a+p2p with all-to-all groups of 2 (cp 4: two groups, cp 8: four).
 BlockRun exchange_cp(graph::CpExchange x, int64_t cp, Dtype dt, CM ck, int64_t s = 512) {
   auto r = run(model("llama", 256, 8, 4), s, 1, dt, ck, true);
   r.cp = cp;
   r.cp_exchange = x;
+  if (x == graph::CpExchange::kA2aP2p) r.cp_a2a = 2;
   r.micro_batches = 1;
   return r;
 }
@@ -128,9 +130,9 @@ TEST(ContextParallel, RingBuffersAreWhatTheAttentionCoreAdds) {
   }
 }
 
-TEST(ContextParallel, A2aAndAllGatherMatchTheModelByteForByte) {
-  for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather})
-    for (int64_t cp : {2, 4})
+TEST(ContextParallel, A2aAllGatherAndA2aP2pMatchTheModelByteForByte) {
+  for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather, graph::CpExchange::kA2aP2p})
+    for (int64_t cp : {x == graph::CpExchange::kA2aP2p ? 8 : 2, 4})
       for (Dtype dt : {Dtype::kFp32, Dtype::kBf16})
         for (CM ck : {CM::kNone, CM::kFull}) {
           const auto r = exchange_cp(x, cp, dt, ck);
@@ -143,8 +145,10 @@ TEST(ContextParallel, A2aAndAllGatherMatchTheModelByteForByte) {
 // same s/cp tokens. a2a: the rank's heads of every token (the bytes of q, k and v) and the kernel's
 // output for them; backward their output gradient and dq, dk, dv. all_gather: the gathered K/V
 // twice (as gathered, in sequence order) and one kernel's output and lse; backward the gathered
-// K/V, full-length dK/dV, and one kernel's dq and full-length dK/dV.
-TEST(ContextParallel, A2aAndAllGatherBuffersAreWhatTheAttentionCoreAdds) {
+// K/V, full-length dK/dV, and one kernel's dq and full-length dK/dV. a2a+p2p (groups of 2, R = 2
+// ring steps): the a2a's buffers and the ring's R blocks and step outputs; backward the a2a's and
+// the ring's 4 blocks and one step's gradients.
+TEST(ContextParallel, A2aAllGatherAndA2aP2pBuffersAreWhatTheAttentionCoreAdds) {
   const int64_t cp = 4, s = 512, sl = s / cp, h = 256, a = 8, kvw = 128;
   for (Dtype dt : {Dtype::kFp32, Dtype::kBf16}) {
     SCOPED_TRACE(spec::to_string(dt));
@@ -153,7 +157,12 @@ TEST(ContextParallel, A2aAndAllGatherBuffersAreWhatTheAttentionCoreAdds) {
     auto plain = measure_block(exchange_cp(graph::CpExchange::kRing, 1, dt, CM::kNone, sl));
     auto a2a = measure_block(exchange_cp(graph::CpExchange::kAllToAll, cp, dt, CM::kNone));
     auto ag = measure_block(exchange_cp(graph::CpExchange::kAllGather, cp, dt, CM::kNone));
-    ASSERT_TRUE(plain && a2a && ag);
+    auto hier = measure_block(exchange_cp(graph::CpExchange::kA2aP2p, cp, dt, CM::kNone));
+    ASSERT_TRUE(plain && a2a && ag && hier);
+    const int64_t R = cp / 2;
+    EXPECT_EQ(hier->saved_bytes, plain->saved_bytes);
+    EXPECT_EQ(core_peak(*hier, "forward") - core_peak(*plain, "forward"), q + block + R * block + R * (out + lse) + out);
+    EXPECT_EQ(core_peak(*hier, "backward") - core_peak(*plain, "backward"), out + 4 * block + (q + block) + (q + block));
     EXPECT_EQ(a2a->saved_bytes, plain->saved_bytes);
     EXPECT_EQ(ag->saved_bytes, plain->saved_bytes);
     EXPECT_EQ(core_peak(*a2a, "forward") - core_peak(*plain, "forward"), q + block + out);
@@ -170,7 +179,8 @@ TEST(ContextParallel, ExchangesComputeTheSameAttention) {
     SCOPED_TRACE(cp);
     auto ring = measure_block(exchange_cp(graph::CpExchange::kRing, cp, Dtype::kFp32, CM::kNone, 128));
     ASSERT_TRUE(ring);
-    for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather}) {
+    for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather, graph::CpExchange::kA2aP2p}) {
+      if (x == graph::CpExchange::kA2aP2p && cp == 2) continue;  // its groups of 2 need cp > 2
       SCOPED_TRACE(exchange_name(x));
       auto m = measure_block(exchange_cp(x, cp, Dtype::kFp32, CM::kNone, 128));
       ASSERT_TRUE(m);
@@ -215,11 +225,12 @@ TEST(ContextParallel, GradientsMatchFiniteDifferences) {
   }
 }
 
-TEST(ContextParallel, A2aAndAllGatherGradientsMatchFiniteDifferences) {
-  for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather}) {
+TEST(ContextParallel, A2aAllGatherAndA2aP2pGradientsMatchFiniteDifferences) {
+  for (auto x : {graph::CpExchange::kAllToAll, graph::CpExchange::kAllGather, graph::CpExchange::kA2aP2p}) {
     auto r = run(model("llama", 64, 4, 2), 64, 2, Dtype::kFp32, CM::kNone, true);
-    r.cp = 2;
+    r.cp = x == graph::CpExchange::kA2aP2p ? 4 : 2;
     r.cp_exchange = x;
+    r.cp_a2a = 2;
     auto c = check_gradients(r);
     ASSERT_TRUE(c) << c.error().to_string();
     EXPECT_LT(c->input_error(), 2e-2) << exchange_name(x) << ": " << c->input_numeric << " vs " << c->input_analytic;
@@ -252,6 +263,11 @@ TEST(ContextParallel, RejectsRunsTheRingCannotMake) {
   m = measure_block(r);
   ASSERT_FALSE(m);
   EXPECT_EQ(m.error().path, "run.cp_exchange");
+  r = exchange_cp(graph::CpExchange::kA2aP2p, 4, Dtype::kFp32, CM::kNone);
+  r.cp_a2a = 4;  // the groups must be fewer than cp ranks
+  m = measure_block(r);
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().path, "run.cp_a2a");
   r = llama_cp(2, Dtype::kFp32, CM::kNone);
   r.cp_exchange = graph::CpExchange::kGatherRing;
   m = measure_block(r);
