@@ -192,15 +192,12 @@ struct FlashFn : torch::autograd::Function<FlashFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Timed t(op_of(ctx), Phase::kBackward);
-    const auto* d = dims_of(ctx);
-    auto sv = ctx->get_saved_variables();
-    const auto &q = sv[0], &k = sv[1], &v = sv[2], &o = sv[3], &lse = sv[4];
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const auto& g = grads[0];
+    auto fb = flash_backward(ctx, grads);
+    if (!fb) return none_of_them();
+    const auto* d = fb->d;
+    const auto &q = fb->q, &k = fb->k, &v = fb->v, &o = fb->o, &lse = fb->lse, &g = fb->g;
+    auto &gq = fb->gq, &gk = fb->gk, &gv = fb->gv;
     const int64_t s = q.size(0), b = q.size(1), hd = d->head_dim, rep = d->heads / d->groups;
-    auto gq = at::empty({s, b, d->heads * hd}, q.options());
-    auto gk = at::zeros({s, b, d->groups * hd}, k.options());
-    auto gv = at::zeros({s, b, d->groups * hd}, v.options());
     {
       ScopedAllocClass ws(AllocClass::kWorkspace);
       for (int64_t bi = 0; bi < b; ++bi)
@@ -224,7 +221,7 @@ struct FlashFn : torch::autograd::Function<FlashFn> {
           head(gv, bi, h / rep, hd).add_(gvf);
         }
     }
-    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+    return fb->grads();
   }
 };
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -24,6 +25,27 @@ inline void keep(AutogradContext* ctx, const AttnDims* d, int64_t op) {
   ctx->saved_data["op"] = op;
 }
 inline int op_of(AutogradContext* ctx) { return static_cast<int>(ctx->saved_data["op"].toInt()); }
+
+// What a flash-attention Function's backward starts from: its saved q, k, v, output and fp32
+// log-sum-exp, the output gradient g, and the input gradients it fills (allocated first, as the
+// lowering's walk counts them: gq empty, gk and gv zeroed).
+struct FlashBackward {
+  const AttnDims* d;
+  at::Tensor q, k, v, o, lse, g, gq, gk, gv;
+  variable_list grads() const { return {gq, gk, gv, at::Tensor(), at::Tensor()}; }
+};
+// Nothing when no gradient reached the output (then every input gradient is undefined: none_of_them).
+inline std::optional<FlashBackward> flash_backward(AutogradContext* ctx, const variable_list& grads) {
+  auto sv = ctx->get_saved_variables();
+  if (!grads[0].defined()) return std::nullopt;
+  FlashBackward f{dims_of(ctx), sv[0], sv[1], sv[2], sv[3], sv[4], grads[0], {}, {}, {}};
+  const int64_t s = f.q.size(0), b = f.q.size(1), kvw = f.d->groups * f.d->head_dim;
+  f.gq = at::empty({s, b, f.d->heads * f.d->head_dim}, f.q.options());
+  f.gk = at::zeros({s, b, kvw}, f.k.options());
+  f.gv = at::zeros({s, b, kvw}, f.v.options());
+  return f;
+}
+inline variable_list none_of_them() { return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()}; }
 
 inline constexpr int64_t kTile = 64;  // query rows per flash-attention tile
 

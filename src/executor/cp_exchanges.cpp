@@ -238,15 +238,12 @@ struct A2aFlashFn : torch::autograd::Function<A2aFlashFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Timed t(op_of(ctx), Phase::kBackward);
-    const auto* d = dims_of(ctx);
-    auto sv = ctx->get_saved_variables();
-    const auto &q = sv[0], &k = sv[1], &v = sv[2], &o = sv[3], &lse = sv[4];
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const auto& g = grads[0];
+    auto fb = flash_backward(ctx, grads);
+    if (!fb) return none_of_them();
+    const auto* d = fb->d;
+    const auto &q = fb->q, &k = fb->k, &v = fb->v, &o = fb->o, &lse = fb->lse, &g = fb->g;
+    auto &gq = fb->gq, &gk = fb->gk, &gv = fb->gv;
     const Shape z(q, *d);
-    auto gq = at::empty({z.sl, z.b, z.w}, q.options());
-    auto gk = at::zeros({z.sl, z.b, z.kvw}, k.options());
-    auto gv = at::zeros({z.sl, z.b, z.kvw}, v.options());
     // attn.core.cp_a2a_dout: the rank's heads' output gradient, every token, after the all-to-all.
     auto dout = at::zeros({z.n, z.b, z.ah * z.hd}, q.options());
     fill_dout(dout, g, z);
@@ -275,7 +272,7 @@ struct A2aFlashFn : torch::autograd::Function<A2aFlashFn> {
         }
       grads_a2a_back(gq, gk, gv, dqkv, q, o, g, fkv, z, d->scale);
     }
-    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+    return fb->grads();
   }
 };
 
@@ -358,16 +355,13 @@ struct A2aP2pFlashFn : torch::autograd::Function<A2aP2pFlashFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Timed t(op_of(ctx), Phase::kBackward);
-    const auto* d = dims_of(ctx);
-    auto sv = ctx->get_saved_variables();
-    const auto &q = sv[0], &k = sv[1], &v = sv[2], &o = sv[3], &lse = sv[4];
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const auto& g = grads[0];
+    auto fb = flash_backward(ctx, grads);
+    if (!fb) return none_of_them();
+    const auto* d = fb->d;
+    const auto &q = fb->q, &k = fb->k, &v = fb->v, &o = fb->o, &lse = fb->lse, &g = fb->g;
+    auto &gq = fb->gq, &gk = fb->gk, &gv = fb->gv;
     const Shape z(q, *d, d->cp_a2a);
     const int64_t R = z.cp / z.grp, C = z.n / 2, kw = z.gh * z.hd;
-    auto gq = at::empty({z.sl, z.b, z.w}, q.options());
-    auto gk = at::zeros({z.sl, z.b, z.kvw}, k.options());
-    auto gv = at::zeros({z.sl, z.b, z.kvw}, v.options());
     // attn.core.cp_a2a_dout
     auto dout = at::zeros({z.n, z.b, z.ah * z.hd}, q.options());
     fill_dout(dout, g, z);
@@ -423,7 +417,7 @@ struct A2aP2pFlashFn : torch::autograd::Function<A2aP2pFlashFn> {
       ScopedAllocClass ws(AllocClass::kWorkspace);
       grads_a2a_back(gq, gk, gv, dqkv, q, o, g, fkv, z, d->scale);
     }
-    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+    return fb->grads();
   }
 };
 
@@ -484,15 +478,12 @@ struct AllGatherFlashFn : torch::autograd::Function<AllGatherFlashFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Timed t(op_of(ctx), Phase::kBackward);
-    const auto* d = dims_of(ctx);
-    auto sv = ctx->get_saved_variables();
-    const auto &q = sv[0], &k = sv[1], &v = sv[2], &o = sv[3], &lse = sv[4];
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const auto& g = grads[0];
+    auto fb = flash_backward(ctx, grads);
+    if (!fb) return none_of_them();
+    const auto* d = fb->d;
+    const auto &q = fb->q, &k = fb->k, &v = fb->v, &o = fb->o, &lse = fb->lse, &g = fb->g;
+    auto &gq = fb->gq, &gk = fb->gk, &gv = fb->gv;
     const Shape z(q, *d);
-    auto gq = at::empty({z.sl, z.b, z.w}, q.options());
-    auto gk = at::zeros({z.sl, z.b, z.kvw}, k.options());
-    auto gv = at::zeros({z.sl, z.b, z.kvw}, v.options());
     // attn.core.cp_kv_gathered, again.
     auto gathered = at::empty({2, z.S, z.b, 2 * z.kvw}, k.options());
     gather_kv(gathered, k, v, z);
@@ -530,7 +521,7 @@ struct AllGatherFlashFn : torch::autograd::Function<AllGatherFlashFn> {
       gk.copy_(mine.narrow(2, 0, z.kvw));
       gv.copy_(mine.narrow(2, z.kvw, z.kvw));
     }
-    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+    return fb->grads();
   }
 };
 

@@ -113,16 +113,13 @@ struct RingFlashFn : torch::autograd::Function<RingFlashFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Timed t(op_of(ctx), Phase::kBackward);
-    const auto* d = dims_of(ctx);
-    auto sv = ctx->get_saved_variables();
-    const auto &q = sv[0], &k = sv[1], &v = sv[2], &o = sv[3], &lse = sv[4];
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const auto& g = grads[0];
+    auto fb = flash_backward(ctx, grads);
+    if (!fb) return none_of_them();
+    const auto* d = fb->d;
+    const auto &q = fb->q, &k = fb->k, &v = fb->v, &o = fb->o, &lse = fb->lse, &g = fb->g;
+    auto &gq = fb->gq, &gk = fb->gk, &gv = fb->gv;
     const int64_t s = q.size(0), b = q.size(1), hd = d->head_dim, rep = d->heads / d->groups, cp = d->cp;
     const int64_t kvw = d->groups * hd, w = d->heads * hd;
-    auto gq = at::empty({s, b, w}, q.options());
-    auto gk = at::zeros({s, b, kvw}, k.options());
-    auto gv = at::zeros({s, b, kvw}, v.options());
     // attn.core.cp_kv_dkv_buffers: two double buffers, each a K/V block and a dK/dV block (the
     // dK/dV of the blocks of other ranks travels with them and goes back to its owner).
     at::Tensor ring[2] = {at::zeros({2, s, b, 2 * kvw}, k.options()), at::zeros({2, s, b, 2 * kvw}, k.options())};
@@ -176,7 +173,7 @@ struct RingFlashFn : torch::autograd::Function<RingFlashFn> {
         buf[1].add_(dkv);  // onto the dK/dV that came with the block, to be sent on
       }
     }
-    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+    return fb->grads();
   }
 };
 
