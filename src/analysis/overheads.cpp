@@ -8,9 +8,9 @@ Communicators communicators_of(const plan::Plan& p, const spec::ClusterSpec& c) 
   k.dp_size = plan::grad_dp(p);  // gradients are reduced over dp·cp
   k.pp_size = p.pp;
   k.cp_size = p.cp;
-  // Megatron's rank order puts TP innermost, then CP, then DP: the dp·cp group stays in a node
-  // while tp·cp·dp fits.
-  k.dp_crosses_nodes = p.tp * p.cp * p.dp > c.gpus_per_node;
+  // Megatron's rank order puts TP innermost, then CP, then DP: the dp·cp group stays in an NVLink
+  // domain while tp·cp·dp fits.
+  k.dp_crosses_nodes = p.tp * p.cp * p.dp > c.nvlink_gpus();
   return k;
 }
 
@@ -25,7 +25,7 @@ bool uses_expert_groups(const plan::Plan& p, bool moe) { return moe && (p.ep > 1
 double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool expert_groups,
                          bool allgather_dispatcher) {
   const Communicators k = communicators_of(p, c);
-  const bool tp_crosses = p.tp > c.gpus_per_node;
+  const bool tp_crosses = p.tp > c.nvlink_gpus();
   double bytes = 0;
   // Ring collectives talk to two peers per channel.
   if (k.tp_size > 1) bytes += 2.0 * nccl_channels(c, tp_crosses) * kNcclBytesPerPeerChannel;
@@ -39,7 +39,7 @@ double nccl_buffer_bytes(const plan::Plan& p, const spec::ClusterSpec& c, bool e
     // EDP groups; the dispatcher's all-to-all sends to every other EP rank, 2 channels per peer
     // as for the pipeline's send/recv.
     // The all-gather dispatcher instead rings over the tp_ep group (etp·ep consecutive ranks).
-    const int64_t per_node = c.gpus_per_node, edp = plan::expert_dp(p);
+    const int64_t per_node = c.nvlink_gpus(), edp = plan::expert_dp(p);
     if (allgather_dispatcher) {
       if (p.etp * p.ep > 1) bytes += 2.0 * nccl_channels(c, p.etp * p.ep > per_node) * kNcclBytesPerPeerChannel;
     } else {

@@ -15,7 +15,7 @@ inline constexpr double kNcclBytesPerPeerChannel = 4194304.0 + 4915200.0 + 52428
 
 struct Communicators {
   int64_t tp_size = 1, dp_size = 1, pp_size = 1, cp_size = 1;  // dp_size: the dp·cp gradient group
-  bool dp_crosses_nodes = false;  // DP groups span nodes when tp·cp·dp > gpus_per_node
+  bool dp_crosses_nodes = false;  // DP groups leave the NVLink domain when tp·cp·dp > its GPUs
 };
 
 Communicators communicators_of(const plan::Plan& p, const spec::ClusterSpec& c);

@@ -453,7 +453,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                               : 0;
   const double step = std::max(step_gpu, step_cpu);
   const double tied_sync = (p.pp > 1 && tied_params_ > 0 && (first || last))
-                               ? hardware::p2p_time(c, c.nodes > 1, tied_params_ * gb, k.comm) * 2
+                               ? hardware::p2p_time(c, c.spans_domains(), tied_params_ * gb, k.comm) * 2
                                : 0;
   s.grad_sync = grad_sync;
   s.param_gather = param_gather;

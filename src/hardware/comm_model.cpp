@@ -81,9 +81,11 @@ double host_copy_time(const spec::ClusterSpec& c, double h2d, double d2h, const 
 Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep, int64_t etp,
                        int64_t cp, int64_t cp_a2a) {
   Placement p;
-  const int64_t per_node = c.gpus_per_node;
-  // A group of `size` ranks `stride` apart: it leaves the node when it spans more ranks than a node
-  // has, and a node then holds per_node / stride of its members (at least one).
+  // What a group's links are is decided by the NVLink domain (a DGX node, an NVL72 rack): inside
+  // it NVLink, across domains the network.
+  const int64_t per_node = c.nvlink_gpus();
+  // A group of `size` ranks `stride` apart: it leaves the domain when it spans more ranks than a
+  // domain has, and a domain then holds per_node / stride of its members (at least one).
   auto strided = [&](int64_t size, int64_t stride) {
     return Group{size, stride * size > per_node && size > 1,
                  std::clamp<int64_t>(per_node / std::max<int64_t>(1, stride), 1, size)};
@@ -102,7 +104,7 @@ Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64
   p.ep = strided(ep, etp);
   p.edp = strided(edp, etp * ep);
   p.tp_ep = strided(etp * ep, 1);
-  p.pp_crosses_nodes = pp > 1 && tp * cp * dp >= per_node && c.nodes > 1;
+  p.pp_crosses_nodes = pp > 1 && tp * cp * dp >= per_node && c.spans_domains();
   return p;
 }
 

@@ -31,8 +31,9 @@ struct CommConstants {
   bool rail_local_rings = false;
 };
 
-// A group of `size` ranks; `crosses_nodes` when its members are on different nodes, and then
-// `per_node` of them share each node (0: one per node). NCCL builds a ring per NIC: a group with r
+// A group of `size` ranks; `crosses_nodes` when its members are in different NVLink domains (the
+// node, or the cluster's nvlink_domain: an NVL72 rack), and then `per_node` of them share each
+// domain (0: one per domain). NCCL builds a ring per NIC: a group with r
 // members on a node drives r NICs (one per GPU on DGX-class nodes), so its inter-node bus
 // bandwidth is r times the per-GPU network share, capped by NVLink (docs/time-model.md).
 struct Group {
@@ -72,7 +73,7 @@ struct Placement {
   // consecutive CP ranks, and the ring over cp / cp_a2a of them, cp_a2a CP ranks apart (Megatron's
   // hierarchical_context_parallel_sizes: the first size is the inner group).
   Group cp_a2a, cp_ring;
-  bool pp_crosses_nodes = false;  // neighbouring pipeline stages are on different nodes
+  bool pp_crosses_nodes = false;  // neighbouring pipeline stages are in different NVLink domains
 };
 Placement place_groups(const spec::ClusterSpec& c, int64_t tp, int64_t dp, int64_t pp, int64_t ep = 1,
                        int64_t etp = 1, int64_t cp = 1, int64_t cp_a2a = 1);

@@ -31,6 +31,7 @@ constexpr double kMaxMiB = 1 << 20;
 constexpr double kMaxLatencyUs = 1e6;
 constexpr int64_t kMaxNodes = 100000;
 constexpr int64_t kMaxGpusPerNode = 64;
+constexpr int64_t kMaxNvlinkDomain = 1152;  // NVIDIA's largest announced NVLink domain is 576 GPUs
 
 // Defaults when a cluster file does not give latencies. Estimates, not measurements: NCCL's
 // small-message latency within an NVLink node is a few microseconds, over PCIe somewhat more,
@@ -218,8 +219,8 @@ Result<ClusterFile> cluster_file_from_json(const Json& j, const std::string& wha
   MIST_SPEC_CHECK(f.reject_unknown({"gpu", "nodes", "gpus_per_node", "intra_node_GBps",
                                     "intra_node_latency_us", "inter_node_GBps",
                                     "inter_node_latency_us", "pcie_GBps", "host_memory_GiB",
-                                    "gpus_per_pcie_switch", "host_memory_GBps", "profile_db",
-                                    "time_constants"}));
+                                    "gpus_per_pcie_switch", "host_memory_GBps", "nvlink_domain",
+                                    "profile_db", "time_constants"}));
   ClusterFile file;
   ClusterSpec& c = file.cluster;
   MIST_TRY(c.gpu, cluster_gpu(f));
@@ -248,6 +249,28 @@ Result<ClusterFile> cluster_file_from_json(const Json& j, const std::string& wha
                         std::min<int64_t>(c.gpu.default_gpus_per_pcie_switch, c.gpus_per_node), 1,
                         c.gpus_per_node));
   MIST_TRY(c.host_memory_bw, read_number_or(f, "host_memory_GBps", c.gpu.default_host_memory_bw, kGB, kMaxGBps));
+  MIST_TRY(c.nvlink_domain, f.integer_or("nvlink_domain", c.gpus_per_node, 1, kMaxNvlinkDomain));
+  if (c.nvlink_domain % c.gpus_per_node != 0)
+    return fail(f.field_path("nvlink_domain"),
+                fmt::format("must be a whole number of nodes: a multiple of gpus_per_node ({}); got {}",
+                            c.gpus_per_node, c.nvlink_domain));
+  if (c.nvlink_domain > c.gpus_per_node && c.gpu.link_bw <= 0)
+    return fail(f.field_path("nvlink_domain"),
+                fmt::format("spans {} GPUs, but {} has no NVLink (link_GBps 0): only a node's GPUs share a "
+                            "fabric", c.nvlink_domain, c.gpu.name));
+  if (c.spans_domains() && c.num_gpus() % c.nvlink_domain != 0) {
+    // The GPUs a job would use in each domain: the most, whole nodes, that fill whole domains.
+    int64_t used = c.gpus_per_node;
+    for (int64_t d = c.nvlink_domain; d >= c.gpus_per_node; d -= c.gpus_per_node)
+      if (c.num_gpus() % d == 0) {
+        used = d;
+        break;
+      }
+    return fail(f.field_path("nvlink_domain"),
+                fmt::format("the cluster's {} GPUs do not fill whole NVLink domains of {}: give the GPUs the job uses "
+                            "in each domain ({} would make {} domains of {})",
+                            c.num_gpus(), c.nvlink_domain, used, c.num_gpus() / used, used));
+  }
   CalibrationFiles& files = file.files;
   MIST_TRY(files.profile_db, f.string_or("profile_db", ""));
   if (f.has("profile_db") && files.profile_db.empty())
@@ -280,6 +303,7 @@ Json cluster_to_json(const ClusterSpec& c, const CalibrationFiles& files) {
               {"host_memory_GiB", in_unit(c.host_memory_bytes, kGiB)},
               {"gpus_per_pcie_switch", c.gpus_per_pcie_switch}};
   if (c.host_memory_bw > 0) j["host_memory_GBps"] = in_unit(c.host_memory_bw, kGB);
+  if (c.nvlink_gpus() != c.gpus_per_node) j["nvlink_domain"] = c.nvlink_gpus();
   if (!files.profile_db.empty()) j["profile_db"] = files.profile_db;
   if (!files.time_constants.empty()) j["time_constants"] = files.time_constants;
   return j;

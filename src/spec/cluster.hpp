@@ -58,8 +58,16 @@ struct ClusterSpec {
   double host_memory_bytes = 0;    // CPU memory per node
   int64_t gpus_per_pcie_switch = 1;  // GPUs sharing one x16 uplink to the host (each uplink = pcie_bw)
   double host_memory_bw = 0;       // the node's DRAM bytes/s, all sockets, peak; 0 = not known
+  // GPUs joined by one NVLink/NVSwitch fabric (the scale-up domain): a whole number of nodes (an
+  // NVL72 rack: 18 trays of 4 GPUs), or 0 for the node itself. Groups inside it talk at
+  // intra_node_bw; the network (inter_node_bw) joins domains. The host side stays per node.
+  int64_t nvlink_domain = 0;
 
   int64_t num_gpus() const { return nodes * gpus_per_node; }
+  // The GPUs of one NVLink domain (the node's when the cluster names none).
+  int64_t nvlink_gpus() const { return nvlink_domain > 0 ? nvlink_domain : gpus_per_node; }
+  // Whether the cluster spans more than one NVLink domain (its network carries traffic).
+  bool spans_domains() const { return num_gpus() > nvlink_gpus(); }
   bool operator==(const ClusterSpec&) const = default;
 };
 

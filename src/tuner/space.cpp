@@ -123,7 +123,7 @@ std::vector<plan::CpComm> cp_exchanges(const SearchSpace& space, const spec::Mod
 }
 
 int64_t hierarchical_a2a_size(const spec::ClusterSpec& c, int64_t tp, int64_t cp) {
-  return std::gcd(cp, std::max<int64_t>(1, c.gpus_per_node / std::max<int64_t>(1, tp)));
+  return std::gcd(cp, std::max<int64_t>(1, c.nvlink_gpus() / std::max<int64_t>(1, tp)));
 }
 
 std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
@@ -183,7 +183,7 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
     }
   };
   for (int64_t tp : space.tp) {
-    if (tp > c.gpus_per_node || n % tp != 0) continue;
+    if (tp > c.nvlink_gpus() || n % tp != 0) continue;
     if (!plan::check_tp(m, tp)) continue;
     if (tp > 1 && t.seq_length % tp) continue;  // sequence parallelism splits the sequence
     for (int64_t pp = 1; pp <= std::min<int64_t>(space.max_pp, m.num_layers); ++pp) {

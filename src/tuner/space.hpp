@@ -30,7 +30,7 @@ enum class SplitRule {
 
 struct SearchSpace {
   std::string name = "mist";
-  std::vector<int64_t> tp = {1, 2, 4, 8};           // tensor-parallel degrees (within a node)
+  std::vector<int64_t> tp = {1, 2, 4, 8};           // tensor-parallel degrees (within an NVLink domain)
   std::vector<int64_t> micro_batch = {1, 2, 4, 8};  // micro-batch sizes
   std::vector<plan::Recompute> recompute = {plan::Recompute::kNone, plan::Recompute::kSelective};
   int64_t max_pp = 64;                               // pipeline stages (divisors of the GPU count)
@@ -96,11 +96,11 @@ std::vector<int64_t> cp_degrees(const SearchSpace& space, const spec::ModelSpec&
 // 1 < a2a < cp.
 std::vector<plan::CpComm> cp_exchanges(const SearchSpace& space, const spec::ModelSpec& m, const spec::TrainingSpec& t,
                                        int64_t cp, int64_t tp, int64_t a2a = 1);
-// The all-to-all groups the search gives a2a+p2p: the CP ranks a node holds (cp ranks tp apart), so
+// The all-to-all groups the search gives a2a+p2p: the CP ranks an NVLink domain holds (cp ranks tp apart), so
 // that the all-to-alls stay on NVLink and the ring alone crosses the network.
 int64_t hierarchical_a2a_size(const spec::ClusterSpec& c, int64_t tp, int64_t cp);
 // Parallel layouts to try: dp·tp·pp·cp = GPUs (cp of cp_degrees, each with every exchange of
-// cp_exchanges), tp within a node and dividing heads, kv heads and FFN, pp ≤ layers, micro-batch·dp
+// cp_exchanges), tp within an NVLink domain and dividing heads, kv heads and FFN, pp ≤ layers, micro-batch·dp
 // dividing the global batch; for a mixture of experts, each (ep, etp) of expert_degrees.
 std::vector<std::pair<int64_t, int64_t>> expert_degrees(const SearchSpace& space, const spec::ModelSpec& m,
                                                         int64_t tp, int64_t cp, int64_t dp);

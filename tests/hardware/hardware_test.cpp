@@ -193,5 +193,32 @@ TEST(CommModel, ExpertGridPlacement) {
   EXPECT_EQ(p.edp.size, 16);
 }
 
+// An NVL72-class domain (2026-12-07): a group that leaves its 4-GPU tray stays on NVLink while it
+// stays in the rack; racks are joined by the network.
+TEST(CommModel, NvlinkDomainOfSeveralNodes) {
+  const auto trays = cluster("B200-SXM-180GB", 16, 4);  // 64 GPUs, each tray its own domain
+  auto rack = trays;
+  rack.nvlink_domain = 64;
+  const auto a = place_groups(trays, 1, 64, 1, 64, 1), b = place_groups(rack, 1, 64, 1, 64, 1);
+  EXPECT_TRUE(a.ep.crosses_nodes);
+  EXPECT_EQ(a.ep.per_node, 4);
+  EXPECT_FALSE(b.ep.crosses_nodes);
+  // The expert all-to-all over the 64 GPUs runs at NVLink's rate inside the rack.
+  const double B = 1e9;
+  const double in_rack = collective_time(rack, Collective::kAllToAll, b.ep, B);
+  EXPECT_NEAR(in_rack, 63.0 / 64 * B / (rack.intra_node_bw * 0.78) + rack.intra_node_latency, 1e-12);
+  EXPECT_GT(collective_time(trays, Collective::kAllToAll, a.ep, B), 5 * in_rack);
+  // Two racks: tp 8 × dp 8 fills one, so the data-parallel group stays on NVLink and the pipeline's
+  // two stages are a rack apart; in one rack both stages share the fabric.
+  auto two = cluster("B200-SXM-180GB", 32, 4);
+  two.nvlink_domain = 64;
+  const auto p = place_groups(two, 8, 8, 2);
+  EXPECT_FALSE(p.tp.crosses_nodes);
+  EXPECT_FALSE(p.dp.crosses_nodes);
+  EXPECT_TRUE(p.pp_crosses_nodes);
+  EXPECT_FALSE(place_groups(rack, 8, 4, 2).pp_crosses_nodes);
+  EXPECT_TRUE(place_groups(trays, 8, 4, 2).tp.crosses_nodes);
+}
+
 }  // namespace
 }  // namespace mist::hardware

@@ -145,6 +145,36 @@ TEST(Cluster, BadInput) {
                "missing");
 }
 
+// An NVLink domain of several nodes (an NVL72 rack of 4-GPU trays, 2026-12-07): read, written back,
+// and refused where the nodes cannot form it or the GPUs cannot fill it.
+TEST(Cluster, NvlinkDomainOfSeveralNodes) {
+  auto rack = cluster(R"({"gpu": "B200-SXM-180GB", "nodes": 16, "gpus_per_node": 4, "nvlink_domain": 64})");
+  ASSERT_TRUE(rack.has_value()) << rack.error().to_string();
+  EXPECT_EQ(rack->nvlink_gpus(), 64);
+  EXPECT_FALSE(rack->spans_domains());
+  const Json j = cluster_to_json(*rack);
+  EXPECT_EQ(j["nvlink_domain"], 64);
+  auto back = cluster_from_json(j, "cluster");
+  ASSERT_TRUE(back.has_value()) << back.error().to_string();
+  EXPECT_EQ(*back, *rack);
+  // Without it the node is the domain, and the written cluster does not say it.
+  auto dgx = cluster(R"({"gpu": "B200-SXM-180GB", "nodes": 2})");
+  ASSERT_TRUE(dgx.has_value());
+  EXPECT_EQ(dgx->nvlink_gpus(), 8);
+  EXPECT_TRUE(dgx->spans_domains());
+  EXPECT_FALSE(cluster_to_json(*dgx).contains("nvlink_domain"));
+  expect_error(cluster(R"({"gpu": "B200-SXM-180GB", "nodes": 4, "gpus_per_node": 4, "nvlink_domain": 6})"),
+               "cluster.nvlink_domain", "multiple of gpus_per_node (4)");
+  // 256 GPUs over NVL72 racks: 64 in each of 4.
+  auto uneven = cluster(R"({"gpu": "B200-SXM-180GB", "nodes": 64, "gpus_per_node": 4, "nvlink_domain": 72})");
+  expect_error(uneven, "cluster.nvlink_domain", "do not fill whole NVLink domains of 72");
+  EXPECT_NE(uneven.error().message.find("64 would make 4 domains of 64"), std::string::npos) << uneven.error().message;
+  expect_error(cluster(R"({"gpu": "L40S-48GB", "nodes": 2, "gpus_per_node": 8, "nvlink_domain": 16})"),
+               "cluster.nvlink_domain", "no NVLink");
+  expect_error(cluster(R"({"gpu": "B200-SXM-180GB", "nodes": 1, "nvlink_domain": 0})"), "cluster.nvlink_domain",
+               "at least 1");
+}
+
 // The board-power fields: a site's power limit below the TDP, refused above it or without one.
 TEST(Cluster, PowerLimitBelowTheTdp) {
   auto capped = cluster(R"({"gpu": {"name": "H100-SXM5-80GB", "power_limit_W": 500}, "nodes": 1})");

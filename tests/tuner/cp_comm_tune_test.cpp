@@ -57,6 +57,27 @@ TEST(CpCommTune, ExchangesFollowTheHeadsAndTheEngine) {
     for (auto comm : kAll) EXPECT_TRUE(seen.contains({cp, comm})) << cp << " " << plan::to_string(comm);
 }
 
+// In an NVLink domain of several nodes (an NVL72 rack of 4-GPU trays) tensor parallelism may span
+// trays, and a2a+p2p's all-to-all groups are the CP ranks the rack holds.
+TEST(CpCommTune, NvlinkDomainBoundsTensorParallelismAndTheAllToAllGroups) {
+  const SearchSpace s;
+  const auto llama3 = *spec::catalog_model("llama3-8b");
+  const auto t = long_training(8, 131072);
+  auto trays = cluster("B200-SXM-180GB", 4, 4);
+  auto rack = trays;
+  rack.nvlink_domain = 16;
+  auto max_tp = [&](const spec::ClusterSpec& c) {
+    int64_t tp = 0;
+    for (const auto& p : layouts(s, llama3, c, t)) tp = std::max(tp, p.tp);
+    return tp;
+  };
+  EXPECT_EQ(max_tp(trays), 4);
+  EXPECT_EQ(max_tp(rack), 8);  // the space's largest tp
+  EXPECT_EQ(hierarchical_a2a_size(trays, 1, 16), 4);
+  EXPECT_EQ(hierarchical_a2a_size(rack, 1, 16), 16);
+  EXPECT_EQ(hierarchical_a2a_size(rack, 2, 16), 8);
+}
+
 // One search's memory programs serve every layout: each exchange gets its own (its buffers are
 // the lowering's), so the search's peak of a setting is the memory model's for that plan, and the
 // three differ (Llama-2-7B at 32K tokens, cp 8: the ring keeps cp step outputs, the all-gather the
