@@ -45,10 +45,14 @@ double term(const analysis::StageMemory& s, const std::string& name) {
 std::string header(const Job& job) {
   const auto& p = job.plan;
   return fmt::format(
-      "model {} ({} layers, h {}, {}) on {} × {} {} | dp {} tp {}{} pp {}{}{} | "
+      "model {} ({} layers, h {}, {}) on {} × {} {}{} | dp {} tp {}{} pp {}{}{} | "
       "micro-batch {} × {} accumulation = global batch {} | seq {} {}\n",
       job.model.name, job.model.num_layers, job.model.hidden_size, parameter_summary(job.model),
-      job.cluster.nodes, job.cluster.gpus_per_node, job.cluster.gpu.name, p.dp, p.tp,
+      job.cluster.nodes, job.cluster.gpus_per_node, job.cluster.gpu.name,
+      job.cluster.nvlink_gpus() > job.cluster.gpus_per_node
+          ? fmt::format(" (NVLink domains of {} GPUs)", job.cluster.nvlink_gpus())
+          : std::string(),
+      p.dp, p.tp,
       p.sequence_parallel ? "+sp" : "", p.pp,
       p.virtual_pipeline_stages > 1 ? fmt::format(" (v {})", p.virtual_pipeline_stages) : "", extra_degrees_text(p),
       p.micro_batch_size, p.grad_accum_steps, job.training.global_batch_size, job.training.seq_length,

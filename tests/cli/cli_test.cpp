@@ -157,6 +157,33 @@ TEST(Cli, EngineSelectsTheCalibrationAndThePredictionSaysWhich) {
   EXPECT_NE(bad.err.find("--engine"), std::string::npos) << bad.err;
 }
 
+// The example NVL72 cluster (a GPU outside the catalog, written in full; an NVLink domain of 16
+// trays): it loads, the header says the domain, and the same GPUs as separate trays are slower
+// (the data-parallel reduction leaves the tray).
+TEST(Cli, NvlinkDomainClusterExample) {
+  const auto training = temp_file("gb200.training.json",
+                                  R"({"global_batch_size": 256, "seq_length": 8192, "precision": "fp8",
+                                      "fp8_recipe": "mxfp8", "grad_dtype": "bf16", "flash_attention": true})");
+  const auto plan = temp_file("gb200.plan.json", R"({"dp": 8, "tp": 2, "pp": 4, "sequence_parallel": true,
+      "virtual_pipeline_stages": 5, "micro_batch_size": 1, "grad_accum_steps": 32, "overlap_tp_comm": true,
+      "stages": [{"num_layers": 20, "zero": 1}, {"num_layers": 20, "zero": 1}, {"num_layers": 20, "zero": 1},
+                 {"num_layers": 20, "zero": 1}]})");
+  auto rack = job("predict", "llama3-70b", kExamples + "cluster_gb200_nvl72.json", training, plan);
+  auto text = mist(rack);
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  EXPECT_NE(text.out.find("on 16 × 4 GB200-NVL72-186GB (NVLink domains of 64 GPUs)"), std::string::npos) << text.out;
+  auto cluster = nlohmann::json::parse(std::ifstream(kExamples + "cluster_gb200_nvl72.json"));
+  cluster["nvlink_domain"] = 4;
+  auto trays = job("predict", "llama3-70b", temp_file("trays.cluster.json", cluster.dump()), training, plan);
+  rack.push_back("--json");
+  trays.push_back("--json");
+  auto a = mist(rack), b = mist(trays);
+  ASSERT_EQ(a.code, kExitOk) << a.err;
+  ASSERT_EQ(b.code, kExitOk) << b.err;
+  EXPECT_LT(nlohmann::json::parse(a.out)["iteration_time_s"].get<double>(),
+            nlohmann::json::parse(b.out)["iteration_time_s"].get<double>());
+}
+
 TEST(Cli, PredictSimulateReportsBothTimes) {
   auto args = example_job();
   args.push_back("--simulate");
