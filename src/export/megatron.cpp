@@ -27,7 +27,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 83> kFlags{{
+constexpr std::array<FlagSpec, 85> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -40,6 +40,8 @@ constexpr std::array<FlagSpec, 83> kFlags{{
     {"--decoder-first-pipeline-num-layers", true},
     {"--decoder-last-pipeline-num-layers", true},
     {"--pipeline-model-parallel-layout", true},
+    {"--account-for-embedding-in-pipeline-split", false},
+    {"--account-for-loss-in-pipeline-split", false},
     {"--micro-batch-size", true},
     {"--global-batch-size", true},
     {"--seq-length", true},
@@ -625,6 +627,19 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
     return fail(layout ? "--pipeline-model-parallel-layout" : "--num-virtual-stages-per-pipeline-rank",
                 "give only one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank "
                 "and --pipeline-model-parallel-layout");
+  // TransformerConfig's account_for_embedding/loss_in_pipeline_split: the embedding (the loss) counts
+  // as a layer of the first (last) stage's split, and that stage builds one block fewer, in its
+  // first (last) model chunk (transformer_block.py get_num_layers_to_build at d98e8a64).
+  const bool account_emb = f.has("--account-for-embedding-in-pipeline-split");
+  const bool account_loss = f.has("--account-for-loss-in-pipeline-split");
+  const char* account_flag =
+      account_emb ? "--account-for-embedding-in-pipeline-split" : "--account-for-loss-in-pipeline-split";
+  if ((account_emb || account_loss) && per_chunk)
+    return fail(account_flag, "use --num-virtual-stages-per-pipeline-rank with it; mist reads the chunk count from "
+                              "the stage's even share only without it");
+  if ((account_emb || account_loss) && (layout || first || last))
+    return fail(account_flag, "cannot be set with --pipeline-model-parallel-layout or the first/last stage layer "
+                              "counts (Megatron-LM refuses it)");
   std::vector<int64_t> split;
   if (layout) {
     if (first || last)
@@ -638,6 +653,8 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
         return fail("--num-layers-per-virtual-pipeline-stage",
                     "use --num-virtual-stages-per-pipeline-rank with uneven first/last stages");
       MIST_TRY(split, megatron_layers_from_first_last(layers, p.pp, first, last));
+    } else if (account_emb || account_loss) {
+      MIST_TRY(split, megatron_layers_accounting(layers, p.pp, account_emb, account_loss, chunks.value_or(1)));
     } else {
       if (layers % p.pp != 0)
         return fail("--pipeline-model-parallel-size",

@@ -95,6 +95,35 @@ MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v, int6
   return s;
 }
 
+Result<std::vector<int64_t>> megatron_layers_accounting(int64_t num_layers, int64_t pp, bool embedding, bool loss,
+                                                        int64_t virtual_stages) {
+  const char* flag = embedding ? "--account-for-embedding-in-pipeline-split" : "--account-for-loss-in-pipeline-split";
+  const std::string counted_as = embedding && loss ? "the embedding and the loss" : embedding ? "the embedding" : "the loss";
+  const int64_t counted = num_layers + (embedding ? 1 : 0) + (loss ? 1 : 0);
+  if (counted % pp != 0)
+    return fail(flag, fmt::format("the model's {} layers with {} counted as layers ({}) do not divide over {} stages "
+                                  "(Megatron-LM asserts it)", num_layers, counted_as, counted, pp));
+  const int64_t per = counted / pp;
+  if (virtual_stages > 1 && pp > 1) {
+    if (per % virtual_stages != 0)
+      return fail(flag, fmt::format("{} layers a stage do not split into {} virtual stages (Megatron-LM asserts it)",
+                                    per, virtual_stages));
+    return fail(flag, fmt::format("with {} virtual stages Megatron-LM builds {} blocks in the {} model chunk and {} in "
+                                  "every other ({} takes a block's place); mist's plans give every chunk of a stage "
+                                  "the same count, so this split is not modelled yet (without interleaving it is)",
+                                  virtual_stages, per / virtual_stages - 1,
+                                  embedding ? "first stage's first" : "last stage's last", per / virtual_stages,
+                                  embedding ? "the embedding" : "the loss"));
+  }
+  std::vector<int64_t> out(static_cast<size_t>(pp), per);
+  if (embedding) out.front() -= 1;
+  if (loss) out.back() -= 1;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i] < 1)
+      return fail(flag, fmt::format("leaves stage {} without a block; mist's stages hold at least one", i));
+  return out;
+}
+
 Result<std::vector<int64_t>> megatron_layers_from_first_last(int64_t num_layers, int64_t pp,
                                                              std::optional<int64_t> first,
                                                              std::optional<int64_t> last) {

@@ -24,6 +24,13 @@ struct MegatronSplit {
 // the `mtp` multi-token prediction layers ('m') with the loss, on the last stage's last chunk.
 MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v, int64_t mtp = 0);
 
+// The stages' blocks under TransformerConfig's account_for_embedding/loss_in_pipeline_split: the
+// embedding (the loss) counts as a layer of the first (last) stage's even share, which then builds
+// one block fewer, in its first (last) model chunk. With interleaving that chunk is shorter than the
+// stage's others, which mist's plans cannot state: refused, naming the flag.
+Result<std::vector<int64_t>> megatron_layers_accounting(int64_t num_layers, int64_t pp, bool embedding, bool loss,
+                                                        int64_t virtual_stages);
+
 // Blocks per stage from first/last counts (transformer_block.py: the middle stages share the rest
 // evenly). The error names the flag at fault.
 Result<std::vector<int64_t>> megatron_layers_from_first_last(int64_t num_layers, int64_t pp,

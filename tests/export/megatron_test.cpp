@@ -329,6 +329,47 @@ TEST(Megatron, ImportErrorsNameTheFlag) {
   EXPECT_EQ(error_path("--micro-batch-size 1 --data-path 'unterminated"), "--from-megatron");
 }
 
+// Megatron's --account-for-embedding/loss-in-pipeline-split (TransformerConfig, transformer_block.py
+// get_num_layers_to_build at d98e8a64): the embedding and the loss count as layers of the even
+// split, their stages build one block fewer; with interleaving that makes one chunk shorter than the
+// stage's others, which mist's plans cannot state, so it is refused, naming the flag. Before
+// 2026-12-07 both flags were ignored as options that "do not change the plan".
+TEST(Megatron, AccountForEmbeddingAndLossInThePipelineSplit) {
+  // Llama 3 8B (32 blocks) over 17 stages is uneven; counting the embedding and the loss, 34 are not.
+  EXPECT_EQ(*megatron_layers_accounting(30, 4, true, true, 1), (std::vector<int64_t>{7, 8, 8, 7}));
+  EXPECT_EQ(*megatron_layers_accounting(31, 4, true, false, 1), (std::vector<int64_t>{7, 8, 8, 8}));
+  EXPECT_EQ(*megatron_layers_accounting(31, 4, false, true, 1), (std::vector<int64_t>{8, 8, 8, 7}));
+  EXPECT_EQ(*megatron_layers_accounting(32, 1, true, true, 1), (std::vector<int64_t>{32}));
+  auto uneven = megatron_layers_accounting(32, 4, true, true, 1);  // 34 over 4
+  ASSERT_FALSE(uneven);
+  EXPECT_EQ(uneven.error().path, "--account-for-embedding-in-pipeline-split");
+  auto interleaved = megatron_layers_accounting(126, 16, true, true, 4);  // Llama 3.1 405B's recipe
+  ASSERT_FALSE(interleaved);
+  EXPECT_NE(interleaved.error().message.find("builds 1 blocks in the first stage's first model chunk and 2"),
+            std::string::npos)
+      << interleaved.error().message;
+  EXPECT_FALSE(megatron_layers_accounting(3, 4, true, true, 1));  // a stage without a block
+
+  const auto m = model("llama3-8b");
+  auto r = import_megatron_flags("--micro-batch-size 1 --pipeline-model-parallel-size 2 --num-layers 32 "
+                                 "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+                                 m, cluster(1, 8));
+  ASSERT_TRUE(r) << r.error().to_string();
+  ASSERT_EQ(r->plan.stages.size(), 2u);
+  EXPECT_EQ(r->plan.stages[0].num_layers, 16);
+  EXPECT_EQ(r->plan.stages[1].num_layers, 16);
+  r = import_megatron_flags("--micro-batch-size 1 --pipeline-model-parallel-size 2 --num-layers 32 "
+                            "--account-for-embedding-in-pipeline-split --decoder-first-pipeline-num-layers 15",
+                            m, cluster(1, 8));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().path, "--account-for-embedding-in-pipeline-split");
+  r = import_megatron_flags("--micro-batch-size 1 --pipeline-model-parallel-size 2 --num-layers 32 "
+                            "--account-for-loss-in-pipeline-split --num-virtual-stages-per-pipeline-rank 2",
+                            m, cluster(1, 8));
+  ASSERT_FALSE(r);  // 33 layers over 2 stages
+  EXPECT_EQ(r.error().path, "--account-for-loss-in-pipeline-split");
+}
+
 TEST(Megatron, SplitsFromFlags) {
   EXPECT_EQ(*megatron_layers_from_first_last(40, 4, 7, std::nullopt), (std::vector<int64_t>{7, 11, 11, 11}));
   EXPECT_EQ(*megatron_layers_from_first_last(40, 2, std::nullopt, 15), (std::vector<int64_t>{25, 15}));

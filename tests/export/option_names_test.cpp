@@ -58,6 +58,9 @@ const std::set<std::string> kMegatronNames{
     // The MoE all-to-all overlap: ModelParallelConfig.overlap_moe_expert_parallel_comm (:343) and
     // delay_wgrad_compute (:348), flags through ArgumentGroupFactory (arguments.py:2373).
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
+    // TransformerConfig.account_for_embedding_in_pipeline_split (:137) and account_for_loss_in_pipeline_split
+    // (:141), flags through argument_utils.py: read on import (2026-12-07), never written.
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     // Read only, to say what it changes: TransformerConfig.moe_permute_fusion.
     "--moe-permute-fusion"};
 
