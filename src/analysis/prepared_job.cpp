@@ -40,6 +40,12 @@ Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec
                 fmt::format("mist models multi-token prediction as Megatron-Core runs it (--mtp-num-layers); {} has "
                             "no multi-token prediction: use --engine megatron or leave it 0",
                             spec::display_name(engine)));
+  if (training.cross_entropy_fusion != spec::CrossEntropyFusion::kNone && engine != spec::Engine::kMegatron)
+    return fail("training.cross_entropy_fusion",
+                fmt::format("names Megatron-LM's loss kernels (--cross-entropy-loss-fusion); {} computes its loss "
+                            "with {}: use --engine megatron or leave the field out",
+                            spec::display_name(engine),
+                            engine == spec::Engine::kTorchtitan ? "F.cross_entropy" : "Megatron's unfused kernel"));
   if (training.recompute_modules != spec::kRecomputeCoreAttn && engine != spec::Engine::kMegatron)
     return fail("training.recompute_modules",
                 fmt::format("names Megatron-LM's recompute modules (--recompute-modules); {}'s selective recompute "

@@ -30,6 +30,9 @@ std::vector<JobDifference> differences(const engines::TrainingOverrides& o, cons
   if (o.recompute_modules)
     differ("recompute_modules", join(spec::recompute_module_names(*o.recompute_modules), " "),
            join(spec::recompute_module_names(file.recompute_modules), " "));
+  if (o.cross_entropy_fusion)
+    differ("cross_entropy_fusion", std::string(spec::to_string(*o.cross_entropy_fusion)),
+           std::string(spec::to_string(file.cross_entropy_fusion)));
   if (o.moe_dispatcher)
     differ("moe_token_dispatcher", std::string(spec::to_string(*o.moe_dispatcher)),
            std::string(spec::to_string(file.moe_dispatcher)));

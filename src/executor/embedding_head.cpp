@@ -1,4 +1,6 @@
 // The embedding and head layers and their ops (graph/lower.cpp lower_embedding, lower_head).
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "executor/functions.hpp"
@@ -109,6 +111,48 @@ struct CrossEntropyFn : torch::autograd::Function<CrossEntropyFn> {
   }
 };
 
+struct TeCrossEntropyFn : torch::autograd::Function<TeCrossEntropyFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor* labels, int64_t op) {
+    Timed t(static_cast<int>(op), forward_phase());
+    ctx->set_materialize_grads(false);
+    const int64_t V = logits.size(-1);
+    auto l2 = logits.view({-1, V});
+    const int64_t rows = l2.size(0);
+    auto loss = at::empty({rows}, logits.options().dtype(at::kFloat));
+    {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      const auto target = labels->reshape({-1, 1});
+      for (int64_t r0 = 0; r0 < rows; r0 += 64) {
+        const int64_t n = std::min<int64_t>(64, rows - r0);
+        auto x = l2.narrow(0, r0, n).to(at::kFloat);
+        const auto tgt = target.narrow(0, r0, n);
+        x.sub_(std::get<0>(x.max(1, true)));
+        const auto predicted = x.gather(1, tgt).squeeze(1);
+        x.exp_();
+        const auto sum = x.sum(1, true);
+        loss.narrow(0, r0, n).copy_(sum.squeeze(1).log().sub_(predicted));
+        x.div_(sum).scatter_add_(1, tgt, at::full({n, 1}, -1.0, x.options()));
+        l2.narrow(0, r0, n).copy_(x);  // the gradient, in the logits' storage
+      }
+    }
+    ctx->save_for_backward({logits});
+    ctx->saved_data["op"] = op;
+    return loss.view({logits.size(0), logits.size(1)});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Timed t(op_of(ctx), Phase::kBackward);
+    auto sv = ctx->get_saved_variables();
+    auto& grad = sv[0];
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    {
+      // In place, as TE's element_mul_kernel: whatever LibTorch's broadcast needs aside is workspace.
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      grad.view({-1, grad.size(-1)}).mul_(grads[0].reshape({-1, 1}).to(grad.scalar_type()));
+    }
+    return {grad, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor embedding(at::Tensor tokens, const LinearParams& table, int op) {
@@ -120,6 +164,9 @@ at::Tensor add_positions(at::Tensor e, const LinearParams& positions, int op) {
 at::Tensor to_fp32(at::Tensor x, int op) { return ToFp32Fn::apply(x, static_cast<int64_t>(op)); }
 at::Tensor cross_entropy(at::Tensor logits, const at::Tensor& labels, int op) {
   return CrossEntropyFn::apply(logits, &labels, static_cast<int64_t>(op));
+}
+at::Tensor te_cross_entropy(at::Tensor logits, const at::Tensor& labels, int op) {
+  return TeCrossEntropyFn::apply(logits, &labels, static_cast<int64_t>(op));
 }
 
 }  // namespace ops
@@ -165,6 +212,8 @@ std::vector<std::pair<at::Tensor*, at::Tensor*>> Head::params_and_grads() {
 at::Tensor Head::forward(const at::Tensor& x) {
   ++micro_batch_;
   auto logits = ops::linear(ops::norm(x, norm_, id("final_norm")), lm_head_, id("lm_head"));
+  if (run_.cross_entropy_fusion == spec::CrossEntropyFusion::kTe)
+    return ops::te_cross_entropy(std::move(logits), labels_, id("loss.cross_entropy"));
   if (dtype_ != at::kFloat) logits = ops::to_fp32(std::move(logits), id("loss.to_fp32"));
   return ops::cross_entropy(std::move(logits), labels_, id("loss.cross_entropy"));
 }

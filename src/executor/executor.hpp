@@ -72,6 +72,9 @@ struct BlockRun {
   // the attention core by default). core_attn, mlp, moe and shared_experts run as checkpoints,
   // layernorm (an MoE block's pre-MLP norm) and moe_act as CheckpointWithoutOutput.
   uint32_t recompute_modules = spec::kRecomputeCoreAttn;
+  // The head's loss kernel (training cross_entropy_fusion): kTe runs Transformer Engine's
+  // parallel_cross_entropy (no fp32 copy of the logits); kNone and kNative Megatron's.
+  spec::CrossEntropyFusion cross_entropy_fusion = spec::CrossEntropyFusion::kNone;
   int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
   int timing_reps = 0;    // timed forward+backward repetitions after the step, op by op
   // Further timed repetitions of the whole layer with no per-op timing; when > 0 the "block" times

@@ -110,6 +110,11 @@ at::Tensor to_fp32(at::Tensor x, int op);
 // masked target ids (8 bytes); its backward turns them into the gradient in place. Returns the
 // per-token loss [s, b] (fp32).
 at::Tensor cross_entropy(at::Tensor logits, const at::Tensor& labels, int op);
+// Transformer Engine's parallel_cross_entropy (t = 1) of logits [s, b, V] in the training dtype:
+// the loss of each row computed in fp32 tiles (workspace) and the gradient (softmax minus the
+// one-hot target) written into the logits, which it keeps; backward scales them in place.
+// Returns the per-token loss [s, b] (fp32).
+at::Tensor te_cross_entropy(at::Tensor logits, const at::Tensor& labels, int op);
 
 // Mixture-of-experts ops (moe.cpp), as graph/lower_moe.cpp lowers Megatron-Core's MoELayer on one
 // rank of its expert grid: E experts over ep ranks (E/ep local experts), each 1/etp of its width.

@@ -25,6 +25,7 @@ spec::TrainingSpec run_training(const BlockRun& r) {
   t.dropout = r.dropout;
   if (r.moe_allgather) t.moe_dispatcher = spec::MoeDispatcher::kAllGather;
   t.recompute_modules = r.recompute_modules;
+  t.cross_entropy_fusion = r.cross_entropy_fusion;
   return t;
 }
 

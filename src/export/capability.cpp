@@ -455,6 +455,14 @@ std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::Tr
                                                   "op-level policy"
                                                 : "names Megatron-LM's modules; Megatron-DeepSpeed recomputes the "
                                                   "attention core only (--recompute-granularity selective)"});
+  if (t && t->cross_entropy_fusion == spec::CrossEntropyFusion::kTe && e == Engine::kMegatron)
+    reasons.push_back({"training.cross_entropy_fusion",
+                       "Megatron-LM d98e8a64 refuses --cross-entropy-fusion-impl te on its command line (arguments.py:1697, "
+                       "stability); Megatron-Bridge's configs run it; use \"native\" to export"});
+  if (t && t->cross_entropy_fusion != spec::CrossEntropyFusion::kNone && e != Engine::kMegatron)
+    reasons.push_back({"training.cross_entropy_fusion",
+                       e == Engine::kTorchtitan ? "torchtitan computes its loss with F.cross_entropy"
+                                                : "Megatron-DeepSpeed has no fused cross entropy"});
   if (t && t->mtp_layers > 0 && e != Engine::kMegatron)
     reasons.push_back({"training.mtp_layers", e == Engine::kTorchtitan
                                                   ? "torchtitan b5bcd76c trains no multi-token prediction modules"

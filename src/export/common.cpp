@@ -43,6 +43,7 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (moe_dispatcher) base.moe_dispatcher = *moe_dispatcher;
   if (mtp_layers) base.mtp_layers = *mtp_layers;
   if (recompute_modules) base.recompute_modules = *recompute_modules;
+  if (cross_entropy_fusion) base.cross_entropy_fusion = *cross_entropy_fusion;
   if (!base.fp8_training()) base.fp8_param_gather = false;  // FP8 weights only in FP8 training
   return base;
 }

@@ -74,6 +74,8 @@ struct TrainingOverrides {
   std::optional<spec::MoeDispatcher> moe_dispatcher;  // Megatron-LM's --moe-token-dispatcher-type
   std::optional<int64_t> mtp_layers;  // Megatron-LM's --mtp-num-layers (absent: 0)
   std::optional<uint32_t> recompute_modules;  // Megatron-LM's --recompute-modules (spec::RecomputeModule bits)
+  // Megatron-LM's --cross-entropy-loss-fusion with --cross-entropy-fusion-impl (absent: none).
+  std::optional<spec::CrossEntropyFusion> cross_entropy_fusion;
   // `base` with the stated settings replacing its own.
   spec::TrainingSpec applied_to(spec::TrainingSpec base) const;
 };

@@ -27,7 +27,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 85> kFlags{{
+constexpr std::array<FlagSpec, 87> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -42,6 +42,8 @@ constexpr std::array<FlagSpec, 85> kFlags{{
     {"--pipeline-model-parallel-layout", true},
     {"--account-for-embedding-in-pipeline-split", false},
     {"--account-for-loss-in-pipeline-split", false},
+    {"--cross-entropy-loss-fusion", false},
+    {"--cross-entropy-fusion-impl", true},
     {"--micro-batch-size", true},
     {"--global-batch-size", true},
     {"--seq-length", true},
@@ -433,6 +435,11 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
   add(o, "--micro-batch-size", p.micro_batch_size);
   add(o, "--global-batch-size", p.micro_batch_size * p.dp * p.grad_accum_steps);
   add(o, "--seq-length", t.seq_length);
+  // TE's kernel is refused by Megatron-LM's command line (capability.cpp says so before export).
+  if (t.cross_entropy_fusion == spec::CrossEntropyFusion::kNative) {
+    add(o, "--cross-entropy-loss-fusion");
+    add(o, "--cross-entropy-fusion-impl", std::string("native"));
+  }
   const int64_t n = megatron_recompute_count(p);
   if (p.recompute == plan::Recompute::kSelective) {
     add(o, "--recompute-granularity", std::string("selective"));
@@ -610,6 +617,20 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   MIST_TRY(p.grad_accum_steps, detail::grad_accum(global, *mbs, p.dp, "--global-batch-size"));
   out.training.global_batch_size = global;
   MIST_TRY(out.training.seq_length, f.integer("--seq-length", 1, int64_t{1} << 30));
+
+  // The loss kernel (TransformerConfig cross_entropy_loss_fusion, cross_entropy_fusion_impl: "native"
+  // by default; the impl alone changes nothing).
+  if (f.has("--cross-entropy-loss-fusion")) {
+    const std::string impl = f.string("--cross-entropy-fusion-impl").value_or("native");
+    if (impl == "te")
+      return fail("--cross-entropy-fusion-impl",
+                  "te: Megatron-LM's validate_args refuses Transformer Engine's fused cross entropy (arguments.py:1697 "
+                  "at d98e8a64, \"disabled due to stability issues\"); Megatron-Bridge's configs still run it: state "
+                  "training.cross_entropy_fusion \"te\" to predict that");
+    if (impl != "native")
+      return fail("--cross-entropy-fusion-impl", fmt::format("is \"{}\"; Megatron-LM's are native and te", impl));
+    out.training.cross_entropy_fusion = spec::CrossEntropyFusion::kNative;
+  }
 
   // Multi-token prediction (arguments.py's checks at d98e8a64: rotary or no position embeddings).
   MIST_TRY(auto mtp, f.integer("--mtp-num-layers", 0, 64));

@@ -189,6 +189,9 @@ struct LoweringOptions {
   // Megatron's vocab-parallel cross entropy works in place on the fp32 logits; false: PyTorch's
   // F.cross_entropy (log-softmax then NLL), which keeps the log-softmax for backward.
   bool fused_cross_entropy = true;
+  // With it, Transformer Engine's parallel_cross_entropy (training cross_entropy_fusion "te"): no fp32
+  // copy; the bf16 logits are kept, the gradient written into them in forward.
+  bool te_cross_entropy = false;
   // Eager PyTorch without torch.compile (torchtitan's default): RMSNorm, rotary embedding and SwiGLU
   // run as one kernel per elementwise step, RMSNorm and rotary in fp32, and autograd keeps the
   // steps' inputs.

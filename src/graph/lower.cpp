@@ -610,6 +610,20 @@ int lm_loss(LayerBuilder& B, const std::string& name, int xn, const ModelSpec& m
   // LoweredModel::embedding_copy_params instead of here.
   int logits = column_linear(B, name + "lm_head", xn, s.h, s.V / s.t, Expr(0.0), owns_weight && !m.tie_word_embeddings);
   Expr n_logits = sb(o) * s.V / s.t;
+  if (o.fused_cross_entropy && o.te_cross_entropy) {
+    // Transformer Engine's parallel_cross_entropy (a Triton kernel): one pass for the row's max and
+    // sum of exponentials, one writing the loss and the gradient (softmax minus the one-hot target)
+    // into the logits, which it keeps; backward scales them by the loss gradient in place.
+    int loss = B.tensor(name + "loss.value", sb(o) * 4);
+    Op& ce = B.op(name + "loss.cross_entropy", OpKind::kCrossEntropy, {logits}, {loss}, {logits});
+    ce.backward_in_place = true;
+    ce.fwd_flops = 5 * n_logits;
+    ce.bwd_flops = n_logits;
+    ce.bytes_read = 2 * n_logits * w(o);
+    ce.bytes_written = n_logits * w(o);
+    ce.fwd_comm = {CommKind::kAllReduce, sb(o) * 4 * 3};  // max, sum-exp and target logit
+    return loss;
+  }
   int loss_in = logits;
   if (o.act_bytes != 4) {
     // Megatron computes the loss in fp32 (fp16_lm_cross_entropy off by default).
@@ -747,6 +761,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.moe_allgather = training.moe_dispatcher == spec::MoeDispatcher::kAllGather;
   o.mtp_layers = static_cast<int>(training.mtp_layers);
   o.recompute_modules = training.recompute_modules;
+  o.te_cross_entropy = training.cross_entropy_fusion == spec::CrossEntropyFusion::kTe;
   // Current scaling (tensorwise, rowwise) computes each operand's amax in a pass before the cast.
   o.fp8_cast_bytes =
       training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;

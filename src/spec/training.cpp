@@ -50,7 +50,7 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
                                     "flash_attention", "dropout", "grad_dtype", "compile",
                                     "fp8_param_gather", "moe_load_imbalance", "moe_capacity_factor",
                                     "moe_pad_to_capacity", "moe_token_dispatcher", "mtp_layers",
-                                    "recompute_modules"}));
+                                    "recompute_modules", "cross_entropy_fusion"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
   MIST_TRY(t.seq_length, f.integer("seq_length", 1, kMaxSeqLength));
@@ -75,6 +75,10 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_TRY(std::string dispatcher, f.choice_or("moe_token_dispatcher", "alltoall", {"alltoall", "allgather"}));
   t.moe_dispatcher = dispatcher == "allgather" ? MoeDispatcher::kAllGather : MoeDispatcher::kAllToAll;
   MIST_TRY(t.mtp_layers, f.integer_or("mtp_layers", 0, 0, kMaxMtpLayers));
+  MIST_TRY(std::string ce, f.choice_or("cross_entropy_fusion", "none", {"none", "native", "te"}));
+  t.cross_entropy_fusion = ce == "te"       ? CrossEntropyFusion::kTe
+                           : ce == "native" ? CrossEntropyFusion::kNative
+                                            : CrossEntropyFusion::kNone;
   if (f.has("recompute_modules")) {
     MIST_TRY(auto modules, f.choices("recompute_modules", kRecomputeModules));
     if (modules.empty())
@@ -125,6 +129,7 @@ Json training_to_json(const TrainingSpec& t) {
   if (t.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_token_dispatcher"] = to_string(t.moe_dispatcher);
   if (t.mtp_layers > 0) j["mtp_layers"] = t.mtp_layers;
   if (t.recompute_modules != kRecomputeCoreAttn) j["recompute_modules"] = recompute_module_names(t.recompute_modules);
+  if (t.cross_entropy_fusion != CrossEntropyFusion::kNone) j["cross_entropy_fusion"] = to_string(t.cross_entropy_fusion);
   return j;
 }
 
@@ -162,6 +167,9 @@ const char* to_string(Fp8Recipe r) {
 }
 
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kAllGather ? "allgather" : "alltoall"; }
+const char* to_string(CrossEntropyFusion f) {
+  return f == CrossEntropyFusion::kTe ? "te" : f == CrossEntropyFusion::kNative ? "native" : "none";
+}
 
 std::vector<std::string> recompute_module_names(uint32_t mask) {
   std::vector<std::string> out;

@@ -22,6 +22,12 @@ enum class Optimizer { kAdamW, kSgd };
 // How a mixture of experts moves tokens to their experts' ranks: Megatron-LM's all-to-all token
 // dispatcher, or its all-gather one (the default of --moe-token-dispatcher-type).
 enum class MoeDispatcher { kAllToAll, kAllGather };
+// Megatron-LM's loss kernel (--cross-entropy-loss-fusion, --cross-entropy-fusion-impl): kNone its
+// vocab-parallel cross entropy on an fp32 copy of the logits, kept for backward; kNative the same
+// statements under its jit fuser (fused_cross_entropy.py: the same fp32 copy kept); kTe Transformer
+// Engine's parallel_cross_entropy, which writes the gradient into the bf16 logits in forward and
+// keeps them, with no fp32 copy.
+enum class CrossEntropyFusion { kNone, kNative, kTe };
 // Megatron-LM's --recompute-modules: what its selective recompute (a plan's "recompute":
 // "selective" under Megatron) runs again in backward, one bit each (TrainingSpec::recompute_modules).
 // Two kinds: a checkpoint keeps a module's inputs and replays it when its backward starts
@@ -75,6 +81,8 @@ struct TrainingSpec {
   // "recompute_modules": ["core_attn", "layernorm", ...] (RecomputeModule bits). A list replaces
   // Megatron's default ["core_attn"], as --recompute-modules does.
   uint32_t recompute_modules = kRecomputeCoreAttn;
+  // "cross_entropy_fusion": "none" (Megatron-LM's default), "native" or "te".
+  CrossEntropyFusion cross_entropy_fusion = CrossEntropyFusion::kNone;
 
   bool mixed_precision() const { return precision != Dtype::kFp32; }
   bool fp8_training() const { return fp8 != Fp8Recipe::kNone; }
@@ -96,6 +104,7 @@ const char* to_string(Dtype d);
 const char* to_string(Optimizer o);
 const char* to_string(Fp8Recipe r);
 const char* to_string(MoeDispatcher d);  // "alltoall", "allgather"
+const char* to_string(CrossEntropyFusion f);  // "none", "native", "te"
 // Megatron's names of the modules in `mask`, in its order ("core_attn", "layernorm", "mlp", "moe",
 // "moe_act", "shared_experts", "mla_up_proj"); the bit of one name (0: not a module).
 std::vector<std::string> recompute_module_names(uint32_t mask);

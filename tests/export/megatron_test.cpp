@@ -370,6 +370,36 @@ TEST(Megatron, AccountForEmbeddingAndLossInThePipelineSplit) {
   EXPECT_EQ(r.error().path, "--account-for-loss-in-pipeline-split");
 }
 
+// The loss kernel: --cross-entropy-loss-fusion (impl native by default) is read and written as
+// training.cross_entropy_fusion "native"; Transformer Engine's ("te"), which Megatron-LM's own
+// validate_args refuses at d98e8a64 (Megatron-Bridge's configs still run it), is refused both ways,
+// naming the flag or the field. Before 2026-12-07 the flags were ignored.
+TEST(Megatron, CrossEntropyFusionFlags) {
+  const auto m = model("llama3-8b");
+  auto r = import_megatron_flags("--micro-batch-size 1 --cross-entropy-loss-fusion", m, cluster(1, 8));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->training.cross_entropy_fusion, spec::CrossEntropyFusion::kNative);
+  r = import_megatron_flags("--micro-batch-size 1 --cross-entropy-fusion-impl native", m, cluster(1, 8));
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->training.cross_entropy_fusion);  // the impl alone changes nothing
+  r = import_megatron_flags("--micro-batch-size 1 --cross-entropy-loss-fusion --cross-entropy-fusion-impl te", m,
+                            cluster(1, 8));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().path, "--cross-entropy-fusion-impl");
+  auto t = training(256, 4096);
+  t.cross_entropy_fusion = spec::CrossEntropyFusion::kNative;
+  const auto p = testing::plan(8, 1, {32}, 1, 32, /*zero=*/1);
+  const auto got = exported(m, cluster(1, 8), t, p);
+  EXPECT_NE(std::find(got.begin(), got.end(), Option{"--cross-entropy-loss-fusion", std::nullopt}), got.end());
+  EXPECT_NE(std::find(got.begin(), got.end(), Option{"--cross-entropy-fusion-impl", std::string("native")}), got.end());
+  t.cross_entropy_fusion = spec::CrossEntropyFusion::kTe;
+  auto refused = export_plan(Engine::kMegatron, {m, cluster(1, 8), t, p, {}});
+  ASSERT_TRUE(refused) << refused.error().to_string();
+  EXPECT_FALSE(refused->exported);
+  ASSERT_FALSE(refused->reasons.empty());
+  EXPECT_EQ(refused->reasons[0].path, "training.cross_entropy_fusion");
+}
+
 TEST(Megatron, SplitsFromFlags) {
   EXPECT_EQ(*megatron_layers_from_first_last(40, 4, 7, std::nullopt), (std::vector<int64_t>{7, 11, 11, 11}));
   EXPECT_EQ(*megatron_layers_from_first_last(40, 2, std::nullopt, 15), (std::vector<int64_t>{25, 15}));

@@ -61,6 +61,9 @@ const std::set<std::string> kMegatronNames{
     // TransformerConfig.account_for_embedding_in_pipeline_split (:137) and account_for_loss_in_pipeline_split
     // (:141), flags through argument_utils.py: read on import (2026-12-07), never written.
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+    // TransformerConfig.cross_entropy_loss_fusion and cross_entropy_fusion_impl ("native" or "te";
+    // language_module.py compute_language_model_loss).
+    "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
     // Read only, to say what it changes: TransformerConfig.moe_permute_fusion.
     "--moe-permute-fusion"};
 
