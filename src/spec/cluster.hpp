@@ -1,6 +1,7 @@
 // GpuSpec and ClusterSpec: the hardware a plan runs on. All quantities in SI base units.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -64,8 +65,9 @@ struct ClusterSpec {
   int64_t nvlink_domain = 0;
 
   int64_t num_gpus() const { return nodes * gpus_per_node; }
-  // The GPUs of one NVLink domain (the node's when the cluster names none).
-  int64_t nvlink_gpus() const { return nvlink_domain > 0 ? nvlink_domain : gpus_per_node; }
+  // The GPUs of one NVLink domain: at least the node's (a cluster built in code that changes its
+  // node size after reading a file keeps a domain no smaller than its node).
+  int64_t nvlink_gpus() const { return std::max(nvlink_domain, gpus_per_node); }
   // Whether the cluster spans more than one NVLink domain (its network carries traffic).
   bool spans_domains() const { return num_gpus() > nvlink_gpus(); }
   bool operator==(const ClusterSpec&) const = default;
