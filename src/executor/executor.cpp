@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "executor/layers.hpp"
+#include "executor/profile_rows.hpp"
 #include "executor/functions.hpp"
 #include "executor/tracking_allocator.hpp"
 
@@ -101,16 +102,13 @@ Result<void> check_run(const BlockRun& r) {
                             "inside the fused attention kernel");
     if (r.seq_length % (2 * r.cp) != 0)
       return fail("run.cp", "cp splits each sequence into 2·cp load-balanced chunks: 2·cp must divide seq_length");
-    const auto x = r.cp_exchange;
-    if (x == graph::CpExchange::kGatherRing)
-      return fail("run.cp_exchange", "the executor runs Transformer Engine's p2p ring, a2a, all_gather and a2a+p2p");
-    if (x == graph::CpExchange::kAllToAll && (m.num_heads % r.cp != 0 || m.num_kv_heads % r.cp != 0))
-      return fail("run.cp_exchange", "a2a splits the heads and the key/value heads over the cp ranks: cp must divide both");
-    if (x == graph::CpExchange::kA2aP2p &&
-        (r.cp_a2a <= 1 || r.cp_a2a >= r.cp || r.cp % r.cp_a2a != 0 || m.num_heads % r.cp_a2a != 0 ||
-         m.num_kv_heads % r.cp_a2a != 0))
-      return fail("run.cp_a2a", "a2a+p2p needs all-to-all groups of 1 < cp_a2a < cp ranks, cp_a2a dividing cp, the "
-                                "heads and the key/value heads");
+    const auto comm = run_cp_comm(r);
+    if (!comm) return fail("run.cp_exchange", "the executor runs Transformer Engine's p2p ring, a2a, all_gather and a2a+p2p");
+    if (*comm == plan::CpComm::kA2aP2p && (r.cp_a2a <= 1 || r.cp_a2a >= r.cp || r.cp % r.cp_a2a != 0))
+      return fail("run.cp_a2a", "a2a+p2p needs all-to-all groups of 1 < cp_a2a < cp ranks, cp_a2a dividing cp");
+    // The exchange's own rules (the heads it splits, the masks it runs) are the plan's.
+    if (auto ok = plan::check_cp(m, run_training(r), r.cp, *comm, 1, r.cp_a2a); !ok)
+      return fail(ok.error().path == "plan.cp_a2a" ? "run.cp_a2a" : "run.cp_exchange", ok.error().message);
   }
   if (r.layer != graph::LayerKind::kBlock && r.checkpoint != CheckpointMode::kNone)
     return fail("run.checkpoint", "only blocks are checkpointed");

@@ -29,6 +29,17 @@ spec::TrainingSpec run_training(const BlockRun& r) {
   return t;
 }
 
+std::optional<plan::CpComm> run_cp_comm(const BlockRun& r) {
+  switch (r.cp_exchange) {
+    case graph::CpExchange::kRing: return plan::CpComm::kRing;
+    case graph::CpExchange::kAllToAll: return plan::CpComm::kAllToAll;
+    case graph::CpExchange::kAllGather: return plan::CpComm::kAllGather;
+    case graph::CpExchange::kA2aP2p: return plan::CpComm::kA2aP2p;
+    case graph::CpExchange::kGatherRing: break;
+  }
+  return std::nullopt;
+}
+
 spec::ClusterSpec cpu_cluster() {
   // The figures of examples/cluster_cpu.json (docs/profile.md says where each comes from); they
   // matter only for ops the profile lacks.

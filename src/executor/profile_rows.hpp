@@ -3,11 +3,13 @@
 // time model looks them up (the lowering's op names, profile::shape_key of the layer).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/result.hpp"
 #include "executor/executor.hpp"
+#include "plan/plan.hpp"
 #include "profile/database.hpp"
 #include "spec/cluster.hpp"
 
@@ -15,6 +17,9 @@ namespace mist::executor {
 
 // The training setup the executor runs a BlockRun in (t = 1, fp32 main_grad, AdamW).
 spec::TrainingSpec run_training(const BlockRun& r);
+// The plan's K/V exchange for the run's (BlockRun::cp_exchange); none for torchtitan's all-gather
+// rotation, which the executor does not run.
+std::optional<plan::CpComm> run_cp_comm(const BlockRun& r);
 // This machine as a one-device cluster: the catalog's "cpu" entry with the RAM it has.
 spec::ClusterSpec cpu_cluster();
 // "mist executor; LibTorch; 1 thread; thread CPU time; <CPU model>": what measured the rows and

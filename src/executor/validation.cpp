@@ -233,16 +233,10 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
   p.etp = r.etp;
   // One rank of a context-parallel group: a plan of cp GPUs (dp = tp = pp = 1), its CP lowering.
   p.cp = r.cp;
-  switch (r.cp_exchange) {
-    case graph::CpExchange::kAllToAll: p.cp_comm = plan::CpComm::kAllToAll; break;
-    case graph::CpExchange::kAllGather: p.cp_comm = plan::CpComm::kAllGather; break;
-    case graph::CpExchange::kA2aP2p:
-      p.cp_comm = plan::CpComm::kA2aP2p;
-      p.cp_a2a = r.cp_a2a;
-      break;
-    case graph::CpExchange::kRing: break;
-    default: return fail("run.cp_exchange", "the executor runs Transformer Engine's p2p ring, a2a, all_gather and a2a+p2p");
-  }
+  const auto comm = run_cp_comm(r);
+  if (!comm) return fail("run.cp_exchange", "the executor runs Transformer Engine's p2p ring, a2a, all_gather and a2a+p2p");
+  p.cp_comm = *comm;
+  if (*comm == plan::CpComm::kA2aP2p) p.cp_a2a = r.cp_a2a;
   auto cluster = cpu_cluster();
   cluster.gpus_per_node = r.cp * dp;
   MIST_TRY(auto job, analysis::PreparedJob::create(m, cluster, t));
