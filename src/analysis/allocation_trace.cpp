@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
+#include <utility>
 
 #include "graph/liveness.hpp"
 #include "sim/pipeline_sim.hpp"
@@ -160,11 +161,12 @@ Result<AllocationTrace> stage_allocation_trace(const PreparedJob& job, const pla
   std::vector<std::vector<StageLayer>> chunks(static_cast<size_t>(v));
   const auto blk_tensors = param_tensors(lm.block, b);
   const int64_t l = st.num_layers;
-  for (int64_t c = 0; c < v; ++c) {
+  const auto chunk_layers = plan::stage_chunk_layers(p, static_cast<size_t>(stage));
+  for (int64_t c = 0, from = 0; c < v; ++c) {
     auto& ch = chunks[static_cast<size_t>(c)];
     if (first && c == 0) ch.push_back({&emb, 0, param_tensors(lm.embedding, b)});
-    const int64_t from = l * c / v, to = l * (c + 1) / v;
-    for (int64_t j = from; j < to; ++j) {
+    const int64_t to = from + chunk_layers[static_cast<size_t>(c)];
+    for (int64_t j = std::exchange(from, to); j < to; ++j) {
       const bool ckpt = j < st.ckpt_layers;
       if (j < nd) ch.push_back({ckpt ? &dense_full : &dense, 0, dense_tensors});
       else ch.push_back({ckpt ? &block_full : &block, 0, blk_tensors});

@@ -10,6 +10,7 @@
 #include "analysis/reserved_memory.hpp"
 #include "core/units.hpp"
 #include "graph/lower.hpp"
+#include "sim/pipeline_sim.hpp"
 
 namespace mist::analysis {
 
@@ -21,7 +22,7 @@ Expr S(const char* name) { return Expr::symbol(name); }
 
 const std::vector<std::string> kShapeSymbols = {"s", "h", "a", "g", "f", "V"};
 const std::vector<std::string> kKnobSymbols = {
-    "b", "t", "cp", "ep", "etp", "d", "l", "c", "p", "zw", "zg", "zo", "zwx", "zgx", "zox", "wo", "go", "oo", "ao",
+    "b", "t", "cp", "ep", "etp", "d", "l", "c", "p", "ph", "zw", "zg", "zo", "zwx", "zgx", "zox", "wo", "go", "oo", "ao",
     "E", "H", "D", "T", "Q", "W", "G", "O", "A", "C_ctx", "C_blas", "C_nccl"};
 
 // Expected waste of rounding one allocation up to the caching allocator's 2 MiB granularity.
@@ -55,7 +56,7 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   const auto head_free = graph::analyze_activations(lm.head, {});
   const bool selective = recompute == plan::Recompute::kSelective;
 
-  const Expr l = S("l"), c = S("c"), p = S("p"), E = S("E"), H = S("H"), T = S("T");
+  const Expr l = S("l"), c = S("c"), p = S("p"), ph = S("ph"), E = S("E"), H = S("H"), T = S("T");
   // D: the dense blocks among the stage's l (a mixture of experts' first blocks, all on stage 0);
   // the stage's first c blocks are the recomputed ones (Megatron's --recompute-method block), the
   // dense ones first: cD = min(c, D) of them, c − cD MoE blocks. Without dense blocks D is 0.
@@ -188,8 +189,9 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
        shown(n(gbi), "go", "zg"), sharded(gb, zg, S("zgx"), 1 - go)},
       {"optimizer_states", "optimizer state (fp32 master, moments), sharded by ZeRO-1+, minus offload",
        shown(n(Ki), "oo", "zo"), sharded(K, zo, S("zox"), 1 - oo)},
-      {"activations", "saved activations of the p micro-batches in flight, minus the offloaded share",
-       "p·(1 - ao)·A_mb", p * (1 - ao) * A_mb},
+      {"activations",
+       "saved activations of the p micro-batches in flight (the head's of ph), minus the offloaded share",
+       "(1 - ao)·(p·(A_mb - H·A_head) + ph·H·A_head)", (1 - ao) * (p * (A_mb - H * A_head) + ph * H * A_head)},
       {"activation_transient",
        "largest live set above the saved activations in one layer's forward or backward "
        "(recompute included)",
@@ -258,7 +260,7 @@ Result<StageMemoryModel> build_stage_memory_model(const graph::LoweredModel& lm,
   M.block_activation = A_blk;
   M.block_activation_recomputed = A_in;
   M.host_bytes = sharded(wb, zw, S("zwx"), wo) - fp8_saving(wo) + sharded(gb, zg, S("zgx"), go) + sharded(K, zo, S("zox"), oo) +
-                 p * ao * A_mb;
+                 ao * (p * (A_mb - H * A_head) + ph * H * A_head);
 
   M.inputs = kShapeSymbols;
   M.inputs.insert(M.inputs.end(), kKnobSymbols.begin(), kKnobSymbols.end());
@@ -280,16 +282,41 @@ double in_flight_micro_batches(const plan::Plan& p, int stage) {
   // schedules.py) is built before the oldest is released.
   const double extra = p.overlap_moe_a2a ? 1.0 : 0.0;
   if (v <= 1) return std::min(pp - i + extra, G);
+  if (plan::uneven_chunks(p)) {
+    // Chunks of unequal size: walk Megatron's interleaved order and keep the most blocks in
+    // flight, in micro-batches of the stage's blocks. Past its warm-up (under 2·pp micro-batches)
+    // the order repeats every pp, so 4·pp micro-batches (a multiple of pp, as G is) reach the peak.
+    const auto layers = plan::stage_chunk_layers(p, static_cast<size_t>(stage));
+    const double l = static_cast<double>(p.stages.at(static_cast<size_t>(stage)).num_layers);
+    double held = 0, most = 0;
+    for (const auto& s : sim::stage_schedule(static_cast<int>(p.pp), stage, std::min(p.grad_accum_steps, 4 * p.pp),
+                                             p.virtual_pipeline_stages)) {
+      held += static_cast<double>(s.forward ? layers[static_cast<size_t>(s.chunk)] : -layers[static_cast<size_t>(s.chunk)]);
+      most = std::max(most, held);
+    }
+    // The overlapped all-to-alls' one more warm-up chunk: the stage's largest.
+    most += extra * static_cast<double>(*std::max_element(layers.begin(), layers.end()));
+    return l > 0 ? most / l : 0;
+  }
   // Interleaved 1F1B (Narayanan et al. SC21 §2.2; Megatron's warm-up count): rank i runs
   // (pp - i - 1)·2 + (v - 1)·pp warm-up chunks, then holds one more, each chunk 1/v of the stage.
   const double chunks = std::min((pp - i - 1) * 2 + (v - 1) * pp + 1 + extra, G * v);
   return chunks / v;
 }
 
+double head_in_flight_micro_batches(const plan::Plan& p) {
+  // The last stage runs a micro-batch's head in its last model chunk and that chunk's backward
+  // next: 1F1B holds min(1, G) there, and so does interleaved 1F1B, whose warm-up on the last rank
+  // ((v - 1)·pp chunk-forwards) stops before the last chunk and whose steady state pairs each
+  // last-chunk forward with a last-chunk backward. The overlapped all-to-alls hold one more.
+  return std::min(1.0 + (p.overlap_moe_a2a ? 1.0 : 0.0), static_cast<double>(p.grad_accum_steps));
+}
+
 SettingKnobs::SettingKnobs(const plan::Plan& layout, double in_flight, double nccl_bytes)
     : grad_dp_(plan::grad_dp(layout)),
       expert_dp_(plan::expert_dp(layout)),
       in_flight_(in_flight),
+      head_in_flight_(head_in_flight_micro_batches(layout)),
       micro_batch_(static_cast<double>(layout.micro_batch_size)),
       nccl_bytes_(nccl_bytes) {}
 
@@ -316,7 +343,8 @@ std::array<double, kSettingKnobs.size()> SettingKnobs::operator()(const plan::St
           nccl_bytes_,
           zx.weights,
           zx.gradients,
-          zx.optimizer_states};
+          zx.optimizer_states,
+          head_in_flight_};
 }
 
 std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,

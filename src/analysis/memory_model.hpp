@@ -113,13 +113,17 @@ Result<MemoryPrediction> stage_memory(const PreparedJob& job, const plan::Plan& 
 // Micro-batches (in units of a whole stage) whose activations stage `i` holds at its peak under
 // 1F1B, or interleaved 1F1B when virtual_pipeline_stages > 1.
 double in_flight_micro_batches(const plan::Plan& p, int stage);
+// Micro-batches whose LM head (and multi-token prediction) activations the last stage holds at its
+// peak: one under 1F1B and interleaved 1F1B alike, where the blocks' count grows with the chunks.
+double head_in_flight_micro_batches(const plan::Plan& p);
 
 // The knobs a stage setting and its layout set, in this order: what the tuner's specialised memory
 // programs take as inputs (everything else is folded into them). The one home of the knob vector.
 // zwx, zgx, zox: the ZeRO factors of the expert weights over the expert data-parallel group.
-inline constexpr std::array<const char*, 20> kSettingKnobs = {"l", "c",  "zw", "zg", "zo",  "wo",  "go",
+// ph: the micro-batches whose head activations the last stage holds (head_in_flight_micro_batches).
+inline constexpr std::array<const char*, 21> kSettingKnobs = {"l", "c",  "zw", "zg", "zo",  "wo",  "go",
                                                               "oo", "ao", "W",  "G",  "O",   "A",   "p",
-                                                              "b", "d",  "C_nccl", "zwx", "zgx", "zox"};
+                                                              "b", "d",  "C_nccl", "zwx", "zgx", "zox", "ph"};
 // Their values for setting `st` of a stage of `layout` that holds `in_flight` micro-batches
 // (in_flight_micro_batches) with `nccl_bytes` of NCCL buffers; allocation-free (the tuner's hot path).
 std::array<double, kSettingKnobs.size()> setting_knob_values(const plan::Plan& layout, const plan::StagePlan& st,
@@ -133,7 +137,7 @@ class SettingKnobs {
 
  private:
   int64_t grad_dp_, expert_dp_;
-  double in_flight_, micro_batch_, nccl_bytes_;
+  double in_flight_, head_in_flight_, micro_batch_, nccl_bytes_;
 };
 
 // The values of every input of StageMemoryModel::program for stage `index` of plan `p` run with

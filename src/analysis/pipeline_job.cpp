@@ -47,6 +47,11 @@ sim::PipelineJob pipeline_job(const plan::Plan& p, const TimePrediction& t, cons
     const double acts = term_bytes(ms, "activations");
     w.base_bytes = ms.peak_bytes - acts;
     w.activation_bytes_per_micro_batch = ms.in_flight > 0 ? acts / ms.in_flight : 0;
+    // Chunks of unequal size take their share of the stage's blocks (the embedding's and the
+    // head's work spread with them, as with equal chunks).
+    if (plan::uneven_chunks(p) && p.stages[i].num_layers > 0)
+      for (int64_t n : plan::stage_chunk_layers(p, i))
+        w.chunk_share.push_back(static_cast<double>(n) / static_cast<double>(p.stages[i].num_layers));
     pj.stages.push_back(std::move(w));
   }
   return pj;

@@ -1,6 +1,7 @@
 #include "cli/plan_text.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/report.hpp"
 
@@ -45,6 +46,7 @@ std::string stage_in_words(const plan::Plan& p, size_t i, int64_t first) {
   std::string out = p.virtual_pipeline_stages > 1
                         ? fmt::format("  stage {}: {} layers in {} chunks", i, s.num_layers, p.virtual_pipeline_stages)
                         : fmt::format("  stage {}: layers {}-{}", i, first, first + s.num_layers - 1);
+  if (!s.chunk_layers.empty()) out += fmt::format(" of {}", fmt::join(s.chunk_layers, "+"));
   out += s.zero > 0 ? fmt::format(", ZeRO-{}", s.zero) : ", no ZeRO";
   out += s.ckpt_layers == 0 ? ", no layer fully recomputed"
                             : fmt::format(", {} of {} layers fully recomputed", s.ckpt_layers, s.num_layers);

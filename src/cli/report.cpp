@@ -54,7 +54,10 @@ std::string header(const Job& job) {
           : std::string(),
       p.dp, p.tp,
       p.sequence_parallel ? "+sp" : "", p.pp,
-      p.virtual_pipeline_stages > 1 ? fmt::format(" (v {})", p.virtual_pipeline_stages) : "", extra_degrees_text(p),
+      p.virtual_pipeline_stages > 1
+          ? fmt::format(" (v {}{})", p.virtual_pipeline_stages, plan::uneven_chunks(p) ? ", chunks of unequal size" : "")
+          : "",
+      extra_degrees_text(p),
       p.micro_batch_size, p.grad_accum_steps, job.training.global_batch_size, job.training.seq_length,
       spec::precision_name(job.training) +
           (p.recompute == plan::Recompute::kSelective && job.training.recompute_modules != spec::kRecomputeCoreAttn

@@ -126,8 +126,23 @@ void set_split(Walk& w, const std::vector<int64_t>& layers, std::string why) {
     const bool full = s.ckpt_layers == s.num_layers;
     s.num_layers = layers[i];
     s.ckpt_layers = full ? s.num_layers : std::min(s.ckpt_layers, s.num_layers);
+    s.chunk_layers.clear();  // the engine's own split has chunks of equal size
   }
   w.note("plan.stages", std::move(why), fmt::format("layers per stage {} -> {}", before, fmt::join(layers, ", ")));
+}
+
+// Model chunks of unequal size (plan.stages[i].chunk_layers) made equal, for an engine that
+// cannot state them; the stage totals stay (the engine's split rules follow).
+void even_chunks(Walk& w, std::string why) {
+  if (!plan::uneven_chunks(w.p)) return;
+  std::string before;
+  for (const auto& s : w.p.stages) {
+    if (!before.empty()) before += "; ";
+    before += fmt::format("{}", fmt::join(s.chunk_layers.empty() ? std::vector<int64_t>{s.num_layers} : s.chunk_layers,
+                                          "+"));
+  }
+  for (auto& s : w.p.stages) s.chunk_layers.clear();
+  w.note("plan.stages", std::move(why), fmt::format("blocks per chunk {} -> equal chunks", before));
 }
 
 bool grads_reduced(const Plan& p) { return plan::grad_dp(p) > 1; }
@@ -263,6 +278,7 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t, const spec::ModelSpec
     w.note("plan.virtual_pipeline_stages", "DeepSpeed's pipeline engine has no interleaved schedule",
            fmt::format("{} -> 1", w.p.virtual_pipeline_stages));
     w.p.virtual_pipeline_stages = 1;
+    for (auto& s : w.p.stages) s.chunk_layers.clear();
   }
   if (w.p.pp > 1) {
     auto want = deepspeed_pipe_layers(total_layers(w.p), w.p.pp, t ? t->mixed_precision() : true);
@@ -366,6 +382,7 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
     set_flag(w, &Plan::async_tp_backward, false, "plan.async_tp_backward",
              "torchtitan's tensor-parallel backward collectives are synchronous (only async TP, overlap_tp_comm, "
              "overlaps them)");
+  even_chunks(w, "torchtitan gives every model chunk of a rank the same number of blocks (its generated split)");
   if (w.p.pp > 1) {
     std::vector<int64_t> have;
     for (const auto& s : w.p.stages) have.push_back(s.num_layers);
@@ -376,6 +393,7 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
                "torchtitan's generated split cannot give every rank that many equal model chunks",
                fmt::format("{} -> 1", w.p.virtual_pipeline_stages));
         w.p.virtual_pipeline_stages = 1;
+        for (auto& s : w.p.stages) s.chunk_layers.clear();
         want = torchtitan_nearest_layers(have, 1);
       }
       if (want && *want != have)

@@ -1,5 +1,6 @@
 #include "export/megatron.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -424,13 +425,17 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     add(o, "--expert-model-parallel-size", p.ep);
     add(o, "--expert-tensor-parallel-size", p.etp);
   }
-  const MegatronSplit split = megatron_split(detail::stage_layers(p), v, t.mtp_layers);
+  ChunkLayers chunks;
+  for (size_t i = 0; i < p.stages.size(); ++i) chunks.push_back(plan::stage_chunk_layers(p, i));
+  const MegatronSplit split = megatron_split(chunks, t.mtp_layers);
   if (split.layout) {
     add(o, "--pipeline-model-parallel-layout", *split.layout);  // carries the virtual stages too
   } else {
     if (v > 1) add(o, "--num-virtual-stages-per-pipeline-rank", v);
     if (split.first) add(o, "--decoder-first-pipeline-num-layers", *split.first);
     if (split.last) add(o, "--decoder-last-pipeline-num-layers", *split.last);
+    if (split.account_embedding) add(o, "--account-for-embedding-in-pipeline-split");
+    if (split.account_loss) add(o, "--account-for-loss-in-pipeline-split");
   }
   add(o, "--micro-batch-size", p.micro_batch_size);
   add(o, "--global-batch-size", p.micro_batch_size * p.dp * p.grad_accum_steps);
@@ -662,11 +667,13 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
     return fail(account_flag, "cannot be set with --pipeline-model-parallel-layout or the first/last stage layer "
                               "counts (Megatron-LM refuses it)");
   std::vector<int64_t> split;
+  ChunkLayers chunk_split;  // where the flags give each model chunk's blocks
   if (layout) {
     if (first || last)
       return fail("--pipeline-model-parallel-layout", "cannot be set with the first/last stage layer counts");
     MIST_TRY(auto ll, megatron_layers_from_layout(*layout, p.pp, layers, mtp.value_or(0)));
     split = ll.layers;
+    chunk_split = ll.chunks;
     p.virtual_pipeline_stages = ll.virtual_stages;
   } else {
     if (first || last) {
@@ -675,7 +682,8 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
                     "use --num-virtual-stages-per-pipeline-rank with uneven first/last stages");
       MIST_TRY(split, megatron_layers_from_first_last(layers, p.pp, first, last));
     } else if (account_emb || account_loss) {
-      MIST_TRY(split, megatron_layers_accounting(layers, p.pp, account_emb, account_loss, chunks.value_or(1)));
+      MIST_TRY(chunk_split, megatron_layers_accounting(layers, p.pp, account_emb, account_loss, chunks.value_or(1)));
+      split = stage_totals(chunk_split);
     } else {
       if (layers % p.pp != 0)
         return fail("--pipeline-model-parallel-size",
@@ -696,10 +704,15 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   if (v > 1 && p.pp < 2)
     return fail("--num-virtual-stages-per-pipeline-rank", "an interleaved schedule needs pipeline parallelism");
   for (size_t i = 0; i < split.size(); ++i)
-    if (split[i] % v != 0)
+    if (chunk_split.empty() && split[i] % v != 0)
       return fail("--num-virtual-stages-per-pipeline-rank",
                   fmt::format("stage {} holds {} layers, not a multiple of {} virtual stages", i, split[i], v));
   p.stages = detail::plan_with_stages(split).stages;
+  // Chunks of unequal size (the accounting flags or a layout under interleaving) are stated per stage.
+  for (size_t i = 0; i < chunk_split.size() && v > 1; ++i)
+    if (std::adjacent_find(chunk_split[i].begin(), chunk_split[i].end(), std::not_equal_to<>()) !=
+        chunk_split[i].end())
+      p.stages[i].chunk_layers = chunk_split[i];
 
   // Activation recompute (transformer_config.py rules).
   MIST_TRY(auto granularity, f.choice("--recompute-granularity", {"full", "selective"}));

@@ -69,34 +69,69 @@ Result<std::string> expand_layout(std::string_view in) {
 
 }  // namespace
 
-MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v, int64_t mtp) {
+std::vector<int64_t> stage_totals(const ChunkLayers& chunks) {
+  std::vector<int64_t> out;
+  for (const auto& c : chunks) out.push_back(std::accumulate(c.begin(), c.end(), int64_t{0}));
+  return out;
+}
+
+MegatronSplit megatron_split(const ChunkLayers& chunks, int64_t mtp) {
   MegatronSplit s;
-  const size_t pp = layers.size();
-  if (pp <= 1 || all_equal(layers, 0, pp)) return s;
-  if (pp == 2) {
-    s.first = layers[0];  // the last stage takes the rest
-    return s;
-  }
-  if (all_equal(layers, 1, pp - 1)) {
-    if (layers[0] != layers[1]) s.first = layers[0];
-    if (layers[pp - 1] != layers[1]) s.last = layers[pp - 1];
-    return s;
+  const size_t pp = chunks.size();
+  if (pp == 0) return s;
+  const size_t v = chunks[0].size();
+  const std::vector<int64_t> layers = stage_totals(chunks);
+  bool even = true;
+  for (const auto& c : chunks) even = even && all_equal(c, 0, c.size());
+  if (even) {
+    if (pp <= 1 || all_equal(layers, 0, pp)) return s;
+    if (pp == 2) {
+      s.first = layers[0];  // the last stage takes the rest
+      return s;
+    }
+    if (all_equal(layers, 1, pp - 1)) {
+      if (layers[0] != layers[1]) s.first = layers[0];
+      if (layers[pp - 1] != layers[1]) s.last = layers[pp - 1];
+      return s;
+    }
+  } else if (mtp == 0) {
+    // Megatron's accounting: every chunk of one size but the first stage's first and the last
+    // stage's last, each one block shorter where the embedding (the loss) takes its place.
+    int64_t per = 0;
+    for (const auto& c : chunks) per = std::max(per, *std::max_element(c.begin(), c.end()));
+    const bool emb = chunks[0][0] == per - 1, loss = chunks[pp - 1][v - 1] == per - 1;
+    bool fits = true;
+    for (size_t b = 0; b < pp; ++b)
+      for (size_t a = 0; a < v; ++a)
+        fits = fits && chunks[b][a] == per - ((emb && b == 0 && a == 0) ? 1 : 0) -
+                                           ((loss && b == pp - 1 && a == v - 1) ? 1 : 0);
+    if (fits) {
+      s.account_embedding = emb;
+      s.account_loss = loss;
+      return s;
+    }
   }
   // Entry a·pp + b is chunk a of stage b; the embedding opens the first entry, the loss closes the last.
   std::string layout;
-  for (int64_t a = 0; a < v; ++a)
+  for (size_t a = 0; a < v; ++a)
     for (size_t b = 0; b < pp; ++b) {
-      if (!layout.empty()) layout += '|';
+      if (a + b > 0) layout += '|';
       if (a == 0 && b == 0) layout += 'E';
-      layout += fmt::format("t*{}", layers[b] / v);
+      if (chunks[b][a] > 0) layout += fmt::format("t*{}", chunks[b][a]);
       if (a == v - 1 && b == pp - 1) layout += std::string(static_cast<size_t>(mtp), 'm') + 'L';
     }
   s.layout = layout;
   return s;
 }
 
-Result<std::vector<int64_t>> megatron_layers_accounting(int64_t num_layers, int64_t pp, bool embedding, bool loss,
-                                                        int64_t virtual_stages) {
+MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v, int64_t mtp) {
+  ChunkLayers chunks;
+  for (int64_t n : layers) chunks.emplace_back(static_cast<size_t>(std::max<int64_t>(1, v)), n / std::max<int64_t>(1, v));
+  return megatron_split(chunks, mtp);
+}
+
+Result<ChunkLayers> megatron_layers_accounting(int64_t num_layers, int64_t pp, bool embedding, bool loss,
+                                               int64_t virtual_stages) {
   const char* flag = embedding ? "--account-for-embedding-in-pipeline-split" : "--account-for-loss-in-pipeline-split";
   const std::string counted_as = embedding && loss ? "the embedding and the loss" : embedding ? "the embedding" : "the loss";
   const int64_t counted = num_layers + (embedding ? 1 : 0) + (loss ? 1 : 0);
@@ -104,22 +139,16 @@ Result<std::vector<int64_t>> megatron_layers_accounting(int64_t num_layers, int6
     return fail(flag, fmt::format("the model's {} layers with {} counted as layers ({}) do not divide over {} stages "
                                   "(Megatron-LM asserts it)", num_layers, counted_as, counted, pp));
   const int64_t per = counted / pp;
-  if (virtual_stages > 1 && pp > 1) {
-    if (per % virtual_stages != 0)
-      return fail(flag, fmt::format("{} layers a stage do not split into {} virtual stages (Megatron-LM asserts it)",
-                                    per, virtual_stages));
-    return fail(flag, fmt::format("with {} virtual stages Megatron-LM builds {} blocks in the {} model chunk and {} in "
-                                  "every other ({} takes a block's place); mist's plans give every chunk of a stage "
-                                  "the same count, so this split is not modelled yet (without interleaving it is)",
-                                  virtual_stages, per / virtual_stages - 1,
-                                  embedding ? "first stage's first" : "last stage's last", per / virtual_stages,
-                                  embedding ? "the embedding" : "the loss"));
-  }
-  std::vector<int64_t> out(static_cast<size_t>(pp), per);
-  if (embedding) out.front() -= 1;
-  if (loss) out.back() -= 1;
-  for (size_t i = 0; i < out.size(); ++i)
-    if (out[i] < 1)
+  const int64_t v = pp > 1 ? std::max<int64_t>(1, virtual_stages) : 1;
+  if (per % v != 0)
+    return fail(flag, fmt::format("{} layers a stage do not split into {} virtual stages (Megatron-LM asserts it)",
+                                  per, v));
+  ChunkLayers out(static_cast<size_t>(pp), std::vector<int64_t>(static_cast<size_t>(v), per / v));
+  if (embedding) out.front().front() -= 1;
+  if (loss) out.back().back() -= 1;
+  const auto totals = stage_totals(out);
+  for (size_t i = 0; i < totals.size(); ++i)
+    if (out[i].front() < 0 || out[i].back() < 0 || totals[i] < 1)
       return fail(flag, fmt::format("leaves stage {} without a block; mist's stages hold at least one", i));
   return out;
 }
@@ -191,14 +220,12 @@ Result<LayoutLayers> megatron_layers_from_layout(std::string_view layout, int64_
   LayoutLayers out;
   out.virtual_stages = n / pp;
   for (int64_t b = 0; b < pp; ++b) {
-    int64_t chunk = -1, total = 0;
+    int64_t total = 0;
+    out.chunks.emplace_back();
     for (int64_t a = 0; a < out.virtual_stages; ++a) {
       const auto& e = entries[static_cast<size_t>(a * pp + b)];
       const int64_t t = std::count(e.begin(), e.end(), 't');
-      if (chunk >= 0 && t != chunk)
-        return fail(kLayoutFlag, fmt::format("the model chunks of stage {} hold different layer counts; mist "
-                                             "plans give every chunk of a stage the same count", b));
-      chunk = t;
+      out.chunks.back().push_back(t);
       total += t;
     }
     if (total == 0) return fail(kLayoutFlag, fmt::format("stage {} holds no decoder layer", b));

@@ -15,21 +15,31 @@ namespace mist::engines {
 // ---- Megatron-LM ----------------------------------------------------------------------------
 // A split as Megatron's flags give it: nothing (even), first/last stage counts
 // (--decoder-first/last-pipeline-num-layers) or a layout string (--pipeline-model-parallel-layout).
+// Blocks of each model chunk, per pipeline stage: pp lists of v entries (one without interleaving).
+using ChunkLayers = std::vector<std::vector<int64_t>>;
+
 struct MegatronSplit {
   std::optional<int64_t> first, last;
   std::optional<std::string> layout;
+  // TransformerConfig's account_for_embedding/loss_in_pipeline_split (with the chunk count flag).
+  bool account_embedding = false, account_loss = false;
 };
 
-// The flags for `layers` (blocks per pipeline stage) with `v` equal chunks per stage; a layout puts
-// the `mtp` multi-token prediction layers ('m') with the loss, on the last stage's last chunk.
+// The flags for `chunks`: nothing (even), first/last stage counts, the accounting flags when the
+// only shorter chunks are the first stage's first (one block fewer: the embedding's place) and the
+// last stage's last (the loss's), else a layout. A layout puts the `mtp` multi-token prediction
+// layers ('m') with the loss, on the last stage's last chunk.
+MegatronSplit megatron_split(const ChunkLayers& chunks, int64_t mtp = 0);
+// The same for `layers` (blocks per pipeline stage) in `v` equal chunks per stage.
 MegatronSplit megatron_split(const std::vector<int64_t>& layers, int64_t v, int64_t mtp = 0);
 
-// The stages' blocks under TransformerConfig's account_for_embedding/loss_in_pipeline_split: the
-// embedding (the loss) counts as a layer of the first (last) stage's even share, which then builds
-// one block fewer, in its first (last) model chunk. With interleaving that chunk is shorter than the
-// stage's others, which mist's plans cannot state: refused, naming the flag.
-Result<std::vector<int64_t>> megatron_layers_accounting(int64_t num_layers, int64_t pp, bool embedding, bool loss,
-                                                        int64_t virtual_stages);
+// The model chunks' blocks under TransformerConfig's account_for_embedding/loss_in_pipeline_split
+// (transformer_block.py get_num_layers_to_build): the embedding (the loss) counts as a layer of the
+// split, and the first (last) stage builds one block fewer, in its first (last) model chunk.
+Result<ChunkLayers> megatron_layers_accounting(int64_t num_layers, int64_t pp, bool embedding, bool loss,
+                                               int64_t virtual_stages);
+// Blocks per stage of a chunk split.
+std::vector<int64_t> stage_totals(const ChunkLayers& chunks);
 
 // Blocks per stage from first/last counts (transformer_block.py: the middle stages share the rest
 // evenly). The error names the flag at fault.
@@ -39,10 +49,11 @@ Result<std::vector<int64_t>> megatron_layers_from_first_last(int64_t num_layers,
 
 // Blocks per stage and the virtual stage count from a layout string such as "Et*3|(tt|)*29,m|L"
 // (pipeline_parallel_layer_layout.py: '|' splits stages, x*n and (..)*n repeat, commas are
-// cosmetic; entry a·pp + b is chunk a of stage b). mist needs equal chunks within a stage, and
-// `mtp` multi-token prediction layers ('m', as many as --mtp-num-layers) beside the loss.
+// cosmetic; entry a·pp + b is chunk a of stage b). mist needs the `mtp` multi-token prediction
+// layers ('m', as many as --mtp-num-layers) beside the loss.
 struct LayoutLayers {
   std::vector<int64_t> layers;  // per pipeline stage
+  ChunkLayers chunks;           // per stage, per model chunk
   int64_t virtual_stages = 1;
 };
 Result<LayoutLayers> megatron_layers_from_layout(std::string_view layout, int64_t pp, int64_t num_layers,

@@ -1,6 +1,7 @@
 #include "plan/plan.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -61,7 +62,7 @@ Result<Offload> offload_from_json(const Json& j, const std::string& path) {
 
 Result<StagePlan> stage_from_json(const Json& j, const std::string& path) {
   MIST_TRY(auto f, JsonFields::of(j, path));
-  MIST_CHECK(f.reject_unknown({"num_layers", "zero", "ckpt_layers", "offload"}));
+  MIST_CHECK(f.reject_unknown({"num_layers", "zero", "ckpt_layers", "offload", "chunk_layers"}));
   StagePlan s;
   MIST_TRY(s.num_layers, f.integer("num_layers", 1, kMaxStageLayers));
   MIST_TRY(int64_t zero, f.integer_or("zero", 0, 0, 3));
@@ -72,6 +73,18 @@ Result<StagePlan> stage_from_json(const Json& j, const std::string& path) {
                 fmt::format("{} recomputed blocks but the stage has only {}", s.ckpt_layers, s.num_layers));
   if (f.has("offload")) {
     MIST_TRY(s.offload, offload_from_json(f.raw("offload"), f.field_path("offload")));
+  }
+  if (f.has("chunk_layers")) {
+    const Json& list = f.raw("chunk_layers");
+    const std::string at = f.field_path("chunk_layers");
+    if (!list.is_array() || list.empty() || list.size() > static_cast<size_t>(kMaxVirtual))
+      return fail(at, fmt::format("must be a list of 1 to {} block counts, one per model chunk", kMaxVirtual));
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_number_integer() || list[i].get<int64_t>() < 0 || list[i].get<int64_t>() > kMaxStageLayers)
+        return fail(fmt::format("{}[{}]", at, i), fmt::format("must be a whole number from 0 to {}, got {}",
+                                                              kMaxStageLayers, list[i].dump()));
+      s.chunk_layers.push_back(list[i].get<int64_t>());
+    }
   }
   return s;
 }
@@ -161,6 +174,7 @@ Json plan_to_json(const Plan& p) {
                         {"gradients", s.offload.gradients},
                         {"optimizer_states", s.offload.optimizer_states},
                         {"activations", s.offload.activations}}}});
+    if (!s.chunk_layers.empty()) stages.back()["chunk_layers"] = s.chunk_layers;
   }
   Json j{{"dp", p.dp},
          {"tp", p.tp},
@@ -288,6 +302,22 @@ int64_t dense_blocks(const spec::ModelSpec& m, int stage) {
   return m.is_moe() && stage == 0 ? m.first_dense_layers : 0;
 }
 
+std::vector<int64_t> stage_chunk_layers(const Plan& p, size_t stage) {
+  const StagePlan& st = p.stages.at(stage);
+  if (!st.chunk_layers.empty()) return st.chunk_layers;
+  const int64_t v = std::max<int64_t>(1, p.virtual_pipeline_stages);
+  std::vector<int64_t> out;
+  for (int64_t c = 0; c < v; ++c) out.push_back(st.num_layers * (c + 1) / v - st.num_layers * c / v);
+  return out;
+}
+
+bool uneven_chunks(const Plan& p) {
+  for (const auto& st : p.stages)
+    for (int64_t n : st.chunk_layers)
+      if (n != st.chunk_layers.front()) return true;
+  return false;
+}
+
 int64_t expert_dp(const Plan& p) { return std::max<int64_t>(1, p.tp * p.cp * p.dp / (p.ep * p.etp)); }
 
 int64_t grad_dp(const Plan& p) { return p.dp * p.cp; }
@@ -358,13 +388,31 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
   MIST_CHECK(check_tp(m, p.tp));
   MIST_CHECK(check_experts(m, p.tp * p.cp, p.dp, p.ep, p.etp));
   MIST_CHECK(check_cp(m, t, p.cp, p.cp_comm, p.tp, p.cp_a2a));
-  if (!holds_dense_blocks(m, p.stages.front().num_layers, p.virtual_pipeline_stages))
-    return fail("plan.stages[0].num_layers",
+  // Chunk sizes first: the dense blocks' rule below reads the first chunk.
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const auto& ch = p.stages[i].chunk_layers;
+    if (ch.empty()) continue;
+    const std::string at = fmt::format("plan.stages[{}].chunk_layers", i);
+    if (p.virtual_pipeline_stages < 2)
+      return fail(at, "gives the blocks of each interleaved model chunk: it needs virtual_pipeline_stages of 2 or more");
+    if (static_cast<int64_t>(ch.size()) != p.virtual_pipeline_stages)
+      return fail(at, fmt::format("has {} entries but virtual_pipeline_stages is {}", ch.size(),
+                                  p.virtual_pipeline_stages));
+    const int64_t sum = std::accumulate(ch.begin(), ch.end(), int64_t{0});
+    if (sum != p.stages[i].num_layers)
+      return fail(at, fmt::format("adds up to {} blocks but the stage's num_layers is {}", sum, p.stages[i].num_layers));
+  }
+  const int64_t first_chunk = stage_chunk_layers(p, 0).front();
+  if (!holds_dense_blocks(m, first_chunk, 1)) {
+    const bool stated = !p.stages.front().chunk_layers.empty();
+    return fail(stated ? "plan.stages[0].chunk_layers" : "plan.stages[0].num_layers",
                 fmt::format("{} layers{} leave out some of {}'s {} dense blocks: mist plans them all in the first "
                             "stage's first model chunk", p.stages.front().num_layers,
-                            p.virtual_pipeline_stages > 1 ? fmt::format(" in {} chunks", p.virtual_pipeline_stages)
-                                                          : std::string(),
+                            p.virtual_pipeline_stages > 1
+                                ? fmt::format(" in {} chunks ({} in the first)", p.virtual_pipeline_stages, first_chunk)
+                                : std::string(),
                             m.name, m.first_dense_layers));
+  }
   // Megatron-LM (validate_args) refuses MoE under tensor parallelism without sequence parallelism.
   if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
     return fail("plan.sequence_parallel", "a mixture of experts with tp > 1 needs sequence parallelism (as in Megatron)");
@@ -388,7 +436,7 @@ Result<void> validate_plan(const Plan& p, const spec::ModelSpec& m, const spec::
     if (p.pp < 2)
       return fail("plan.virtual_pipeline_stages", "an interleaved schedule needs pp >= 2");
     for (size_t i = 0; i < p.stages.size(); ++i)
-      if (p.stages[i].num_layers % p.virtual_pipeline_stages != 0)
+      if (p.stages[i].chunk_layers.empty() && p.stages[i].num_layers % p.virtual_pipeline_stages != 0)
         return fail(fmt::format("plan.stages[{}].num_layers", i),
                     fmt::format("{} layers cannot be split into {} virtual stages",
                                 p.stages[i].num_layers, p.virtual_pipeline_stages));

@@ -28,6 +28,10 @@ struct StagePlan {
   int zero = 0;             // ZeRO level 0..3 over this stage's data-parallel group
   int64_t ckpt_layers = 0;  // blocks of this stage that recompute fully in backward
   Offload offload;
+  // Blocks of each model chunk under interleaving (virtual_pipeline_stages entries, adding up to
+  // num_layers) where they differ: Megatron's --account-for-embedding/loss-in-pipeline-split and
+  // its layouts give the first (last) stage a shorter first (last) chunk. Empty: num_layers / v each.
+  std::vector<int64_t> chunk_layers;
   bool operator==(const StagePlan&) const = default;
 };
 
@@ -127,6 +131,11 @@ Result<void> check_experts(const spec::ModelSpec& m, int64_t tp_cp, int64_t dp, 
 bool holds_dense_blocks(const spec::ModelSpec& m, int64_t first_stage_layers, int64_t virtual_stages);
 // The dense blocks stage `stage` holds under that rule (first_dense_layers on stage 0, else 0).
 int64_t dense_blocks(const spec::ModelSpec& m, int stage);
+// Blocks of each of stage `stage`'s model chunks: its chunk_layers, or num_layers / v each (one
+// entry without interleaving). The one home of the chunks' sizes for memory, time and exports.
+std::vector<int64_t> stage_chunk_layers(const Plan& p, size_t stage);
+// Whether some stage's chunks differ in size.
+bool uneven_chunks(const Plan& p);
 // The expert data-parallel degree the plan leaves: tp·cp·dp / (ep·etp) (Megatron's
 // expert_data_parallel_size: the experts fold over the attention's tp·cp·dp GPUs).
 int64_t expert_dp(const Plan& p);

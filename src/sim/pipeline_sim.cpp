@@ -102,8 +102,20 @@ Result<void> check_job(const PipelineJob& job) {
                      s.fwd_d2h, s.bwd_h2d, s.bwd_d2h, s.base_bytes, s.activation_bytes_per_micro_batch})
       if (!std::isfinite(x) || x < 0)
         return fail(fmt::format("job.stages[{}]", i), "times and bytes must be finite and non-negative");
+    if (!s.chunk_share.empty()) {
+      double sum = 0;
+      for (double x : s.chunk_share) sum += std::isfinite(x) && x >= 0 ? x : -1e300;
+      if (static_cast<int64_t>(s.chunk_share.size()) != job.virtual_stages || !(std::abs(sum - 1) < 1e-9))
+        return fail(fmt::format("job.stages[{}].chunk_share", i),
+                    "needs one non-negative share per chunk, adding up to 1");
+    }
   }
   return {};
+}
+
+// The share of a stage's per-micro-batch work that chunk `c` does.
+double chunk_share(const StageWork& w, int64_t c, double v) {
+  return w.chunk_share.empty() ? 1 / v : w.chunk_share[static_cast<size_t>(c)];
 }
 
 }  // namespace
@@ -120,14 +132,17 @@ Result<SimResult> simulate(const PipelineJob& job) {
   auto idx = [&](int i, int64_t c, int64_t mb) { return (static_cast<size_t>(i) * v + c) * G + mb; };
   std::vector<int> fwd(static_cast<size_t>(pp) * v * G), bwd(fwd.size());
   std::vector<std::vector<int>> program(static_cast<size_t>(pp));
+  std::vector<int64_t> chunk_of;  // per compute task, in creation order (tasks[t] for t < its size)
   for (int i = 0; i < pp; ++i) {
     const auto& w = job.stages[static_cast<size_t>(i)];
-    const double act = w.activation_bytes_per_micro_batch / vd;
     for (const auto& s : stage_schedule(pp, i, G, v)) {
       const std::string name = fmt::format("{}{}{}", s.forward ? 'F' : 'B', s.micro_batch,
                                            v > 1 ? fmt::format(".c{}", s.chunk) : "");
-      const int t = s.forward ? b.add(i, Stream::kCompute, name, w.fwd / vd, act)
-                              : b.add(i, Stream::kCompute, name, w.bwd / vd, -act);
+      const double share = chunk_share(w, s.chunk, vd);
+      const double act = w.activation_bytes_per_micro_batch * share;
+      const int t = s.forward ? b.add(i, Stream::kCompute, name, w.fwd * share, act)
+                              : b.add(i, Stream::kCompute, name, w.bwd * share, -act);
+      chunk_of.push_back(s.chunk);
       (s.forward ? fwd : bwd)[idx(i, s.chunk, s.micro_batch)] = t;
       program[static_cast<size_t>(i)].push_back(t);
     }
@@ -183,7 +198,8 @@ Result<SimResult> simulate(const PipelineJob& job) {
       for (auto [s, d] : {std::pair{Stream::kHostToDevice, is_fwd ? w.fwd_h2d : w.bwd_h2d},
                           std::pair{Stream::kDeviceToHost, is_fwd ? w.fwd_d2h : w.bwd_d2h}}) {
         if (d <= 0) continue;
-        const int cp = b.add(i, s, (s == Stream::kHostToDevice ? "h2d " : "d2h ") + tname, d / vd);
+        const int cp = b.add(i, s, (s == Stream::kHostToDevice ? "h2d " : "d2h ") + tname,
+                             d * chunk_share(w, chunk_of[static_cast<size_t>(t)], vd));
         b.dep(cp, t, /*on_start=*/true);
         if (k + 1 < prog.size()) b.dep(prog[k + 1], cp);
       }

@@ -17,7 +17,7 @@ inline constexpr int kNumStreams = 4;
 const char* stream_name(Stream s);  // "compute", "collective", "h2d", "d2h"
 
 // What one stage does for one micro-batch, in seconds. With v interleaved chunks every chunk
-// takes 1/v of fwd, bwd, the copies and the activations.
+// takes 1/v of fwd, bwd, the copies and the activations, or its chunk_share.
 struct StageWork {
   double fwd = 0;              // forward of one micro-batch through the stage (all its chunks)
   double bwd = 0;              // backward, recompute included
@@ -37,6 +37,9 @@ struct StageWork {
   // backward ends.
   double base_bytes = 0;
   double activation_bytes_per_micro_batch = 0;
+  // Each chunk's share of the above (v entries adding up to 1) where the chunks differ in size;
+  // empty: 1/v each.
+  std::vector<double> chunk_share;
 };
 
 struct PipelineJob {

@@ -174,9 +174,9 @@ TEST(MemoryModel, CompiledProgramMatchesTreeEvaluation) {
     std::vector<double> row;
     sym::Bindings b = lm.dims;
     const std::map<std::string, double> knobs = {
-        {"b", 2},     {"t", 4},    {"cp", 2},   {"ep", 2},   {"etp", 2},  {"d", 8},  {"l", 9},  {"c", 3},   {"p", 3},
+        {"b", 2},     {"t", 4},    {"cp", 2},   {"ep", 2},   {"etp", 2},  {"d", 8},  {"l", 9},  {"c", 3},   {"p", 3},   {"ph", 1},
         {"zw", 8},    {"zg", 8},   {"zo", 8},   {"zwx", 2},  {"zgx", 2}, {"zox", 2}, {"wo", .5}, {"go", .5},
-        {"oo", 1},    {"ao", .25}, {"E", 1},    {"H", 0},    {"D", 0},    {"T", 0},  {"Q", 1},  {"W", 1},   {"G", 1},
+        {"oo", 1},    {"ao", .25}, {"E", 1},    {"H", 1},    {"D", 0},    {"T", 0},  {"Q", 1},  {"W", 1},   {"G", 1},
         {"O", 1},     {"A", 1},    {"C_ctx", 5e8}, {"C_blas", 8e6}, {"C_nccl", 1e9}};
     b.insert(knobs.begin(), knobs.end());
     for (const auto& input : M->inputs) row.push_back(b.at(input));

@@ -256,7 +256,7 @@ TEST(Cli, PredictFromMegatronFlags) {
 TEST(Cli, ExplainShowsFormulas) {
   auto o = mist(example_job("explain"));
   ASSERT_EQ(o.code, kExitOk) << o.err;
-  for (const char* s : {"optimizer_states", "P_stage", "A_blk", "2·s·b·h/t", "p·(1 - ao)·A_mb"})
+  for (const char* s : {"optimizer_states", "P_stage", "A_blk", "2·s·b·h/t", "(1 - ao)·(p·(A_mb - H·A_head) + ph·H·A_head)"})
     EXPECT_NE(o.out.find(s), std::string::npos) << s;
 }
 

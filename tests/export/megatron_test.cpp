@@ -9,6 +9,8 @@ namespace mist::engines {
 namespace {
 
 using testing::cluster;
+using testing::command;
+using testing::value;
 using testing::model;
 using testing::training;
 
@@ -336,18 +338,31 @@ TEST(Megatron, ImportErrorsNameTheFlag) {
 // 2026-12-07 both flags were ignored as options that "do not change the plan".
 TEST(Megatron, AccountForEmbeddingAndLossInThePipelineSplit) {
   // Llama 3 8B (32 blocks) over 17 stages is uneven; counting the embedding and the loss, 34 are not.
-  EXPECT_EQ(*megatron_layers_accounting(30, 4, true, true, 1), (std::vector<int64_t>{7, 8, 8, 7}));
-  EXPECT_EQ(*megatron_layers_accounting(31, 4, true, false, 1), (std::vector<int64_t>{7, 8, 8, 8}));
-  EXPECT_EQ(*megatron_layers_accounting(31, 4, false, true, 1), (std::vector<int64_t>{8, 8, 8, 7}));
-  EXPECT_EQ(*megatron_layers_accounting(32, 1, true, true, 1), (std::vector<int64_t>{32}));
+  auto totals = [](int64_t l, int64_t pp, bool e, bool loss) {
+    return stage_totals(*megatron_layers_accounting(l, pp, e, loss, 1));
+  };
+  EXPECT_EQ(totals(30, 4, true, true), (std::vector<int64_t>{7, 8, 8, 7}));
+  EXPECT_EQ(totals(31, 4, true, false), (std::vector<int64_t>{7, 8, 8, 8}));
+  EXPECT_EQ(totals(31, 4, false, true), (std::vector<int64_t>{8, 8, 8, 7}));
+  EXPECT_EQ(totals(32, 1, true, true), (std::vector<int64_t>{32}));
   auto uneven = megatron_layers_accounting(32, 4, true, true, 1);  // 34 over 4
   ASSERT_FALSE(uneven);
   EXPECT_EQ(uneven.error().path, "--account-for-embedding-in-pipeline-split");
-  auto interleaved = megatron_layers_accounting(126, 16, true, true, 4);  // Llama 3.1 405B's recipe
-  ASSERT_FALSE(interleaved);
-  EXPECT_NE(interleaved.error().message.find("builds 1 blocks in the first stage's first model chunk and 2"),
-            std::string::npos)
-      << interleaved.error().message;
+  // Llama 3.1 405B's recipe (126 blocks, pp 16, 4 chunks): 128 / 16 = 8 a stage, 2 a chunk; the
+  // first stage's first chunk and the last stage's last build one.
+  auto interleaved = megatron_layers_accounting(126, 16, true, true, 4);
+  ASSERT_TRUE(interleaved) << interleaved.error().to_string();
+  EXPECT_EQ(interleaved->front(), (std::vector<int64_t>{1, 2, 2, 2}));
+  EXPECT_EQ((*interleaved)[7], (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(interleaved->back(), (std::vector<int64_t>{2, 2, 2, 1}));
+  auto odd = megatron_layers_accounting(124, 16, true, true, 4);  // 126 / 16 is not whole
+  ASSERT_FALSE(odd);
+  auto chunks = megatron_layers_accounting(118, 12, true, false, 4);  // 119 over 12: not whole either
+  ASSERT_FALSE(chunks);
+  auto ten = megatron_layers_accounting(58, 6, true, true, 4);  // 60 / 6 = 10 a stage, not 4 chunks
+  ASSERT_FALSE(ten);
+  EXPECT_NE(ten.error().message.find("10 layers a stage do not split into 4 virtual stages"), std::string::npos)
+      << ten.error().message;
   EXPECT_FALSE(megatron_layers_accounting(3, 4, true, true, 1));  // a stage without a block
 
   const auto m = model("llama3-8b");
@@ -368,6 +383,63 @@ TEST(Megatron, AccountForEmbeddingAndLossInThePipelineSplit) {
                             m, cluster(1, 8));
   ASSERT_FALSE(r);  // 33 layers over 2 stages
   EXPECT_EQ(r.error().path, "--account-for-loss-in-pipeline-split");
+}
+
+// With interleaving the accounting flags make the first stage's first chunk and the last stage's
+// last one block shorter (plan.stages[i].chunk_layers); export writes the flags back for that
+// pattern and a layout for any other, and both read back to the same plan. Before 2026-12-07 the
+// flags were refused with virtual stages.
+TEST(Megatron, ChunksOfUnequalSizeRoundTrip) {
+  const auto m = model("llama3-405b");  // 126 blocks
+  auto r = import_megatron_flags("--micro-batch-size 1 --tensor-model-parallel-size 8 --sequence-parallel "
+                                 "--pipeline-model-parallel-size 8 --num-virtual-stages-per-pipeline-rank 8 "
+                                 "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+                                 "--global-batch-size 64",
+                                 m, cluster(8, 8, "H100-SXM5-80GB"));
+  ASSERT_TRUE(r) << r.error().to_string();
+  const plan::Plan& p = r->plan;
+  EXPECT_EQ(p.virtual_pipeline_stages, 8);
+  EXPECT_EQ(p.stages[0].num_layers, 15);
+  EXPECT_EQ(p.stages[0].chunk_layers, (std::vector<int64_t>{1, 2, 2, 2, 2, 2, 2, 2}));
+  EXPECT_TRUE(p.stages[3].chunk_layers.empty());  // 16 in 8 equal chunks
+  EXPECT_EQ(p.stages[7].chunk_layers, (std::vector<int64_t>{2, 2, 2, 2, 2, 2, 2, 1}));
+  const auto t = training(64, 8192);
+  ASSERT_TRUE(plan::validate_plan(p, m, cluster(8, 8, "H100-SXM5-80GB"), t));
+  auto out = export_plan(Engine::kMegatron, {m, cluster(8, 8, "H100-SXM5-80GB"), t, p, {}});
+  ASSERT_TRUE(out && out->exported);
+  const auto& o = out->exported->options;
+  EXPECT_TRUE(value(o, "--account-for-embedding-in-pipeline-split").has_value());
+  EXPECT_TRUE(value(o, "--account-for-loss-in-pipeline-split").has_value());
+  EXPECT_EQ(value(o, "--num-virtual-stages-per-pipeline-rank"), "8");
+  EXPECT_FALSE(value(o, "--pipeline-model-parallel-layout").has_value());
+  auto back = import_megatron_flags(command(o), m, cluster(8, 8, "H100-SXM5-80GB"));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->plan.stages, p.stages);
+
+  // Any other pattern goes out as a layout: Llama 3 8B with a short first chunk and a long last one.
+  const auto small = model("llama3-8b");
+  auto l = import_megatron_flags("--micro-batch-size 1 --pipeline-model-parallel-size 4 --global-batch-size 64 "
+                                 "--pipeline-model-parallel-layout 'Et*3|t*4|t*4|t*4|t*4|t*4|t*4|t*5L'",
+                                 small, cluster(1, 4));
+  ASSERT_TRUE(l) << l.error().to_string();
+  EXPECT_EQ(l->plan.stages[0].chunk_layers, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(l->plan.stages[3].chunk_layers, (std::vector<int64_t>{4, 5}));
+  auto lo = export_plan(Engine::kMegatron, {small, cluster(1, 4), training(64, 4096), l->plan, {}});
+  ASSERT_TRUE(lo && lo->exported);
+  EXPECT_EQ(value(lo->exported->options, "--pipeline-model-parallel-layout"), "Et*3|t*4|t*4|t*4|t*4|t*4|t*4|t*5L");
+  EXPECT_FALSE(value(lo->exported->options, "--account-for-embedding-in-pipeline-split").has_value());
+
+  // torchtitan's generated split has equal chunks on a rank: the export is refused, naming the
+  // stages, and the nearest plan evens the chunks.
+  auto tt = export_plan(Engine::kTorchtitan, {small, cluster(1, 4), training(64, 4096), l->plan, {}});
+  ASSERT_TRUE(tt) << tt.error().to_string();
+  EXPECT_FALSE(tt->exported);
+  bool named = false;
+  for (const auto& e : tt->reasons)
+    named = named || (e.path == "plan.stages" && e.message.find("same number of blocks") != std::string::npos);
+  EXPECT_TRUE(named);
+  ASSERT_TRUE(tt->nearest);
+  EXPECT_FALSE(plan::uneven_chunks(tt->nearest->plan));
 }
 
 // The loss kernel: --cross-entropy-loss-fusion (impl native by default) is read and written as

@@ -75,6 +75,26 @@ def plan(dp, tp, pp, mbs, gas, layers, zero=0, ckpt=0, offload=None, v=1, recomp
     return p
 
 
+def accounted(p):
+    """Megatron's --account-for-embedding/loss-in-pipeline-split on an interleaved plan: the
+    embedding and the loss count as layers, so the first stage's first chunk and the last stage's
+    last build one block fewer (plan.stages[i].chunk_layers)."""
+    pp, v = p["pp"], p.get("virtual_pipeline_stages", 1)
+    total = sum(s["num_layers"] for s in p["stages"])
+    per = (total + 2) // (pp * v)
+    for i, s in enumerate(p["stages"]):
+        chunks = [per] * v
+        if i == 0:
+            chunks[0] -= 1
+        if i == pp - 1:
+            chunks[-1] -= 1
+        s["num_layers"] = sum(chunks)
+        s["ckpt_layers"] = min(s["ckpt_layers"], s["num_layers"])
+        if len(set(chunks)) > 1:
+            s["chunk_layers"] = chunks
+    return p
+
+
 OPT = {"weights": 0, "gradients": 0, "optimizer_states": 1, "activations": 0}
 ALL = {"weights": 1, "gradients": 1, "optimizer_states": 1, "activations": 0}
 
@@ -152,6 +172,10 @@ JOBS = [
     job("mlm-gpt-oss-120b-pp4-ep8-recompute-modules", "megatron", "gpt-oss-120b", "H100-SXM5-80GB", 64, 1280, 4096,
         plan=plan(16, 1, 4, 1, 80, 36, zero=1, ep=8, recompute="selective"),
         recompute_modules=("layernorm", "moe_act")),
+    # 2026-12-07: chunks of unequal size, as Megatron-Bridge's Llama 3.1 405B H100 recipe runs it
+    # (tp 8, pp 8, cp 2, 8 chunks a stage, the embedding and the loss counted in the split).
+    job("mlm-llama3-405b-1024xH100-accounting", "megatron", "llama3-405b", "H100-SXM5-80GB", 1024, 1536, 8192,
+        plan=accounted(plan(8, 8, 8, 1, 192, 126, zero=1, v=8, cp=2)), fp8_recipe="tensorwise"),
     job("mlm-qwen3-30b-a3b-16xH100-a2a-overlap", "megatron", "qwen3-30b-a3b", "H100-SXM5-80GB", 16, 1024, 4096,
         plan=plan(8, 1, 2, 1, 128, 48, zero=1, ep=8, v=2, moe_a2a_overlap=True)),
     # DeepSpeed (Megatron-DeepSpeed + DeepSpeed)
