@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "graph/lower.hpp"
+#include "spec/engine_fields.hpp"
 
 namespace mist::analysis {
 
@@ -21,37 +22,9 @@ struct PreparedJob::Cache {
 Result<PreparedJob> PreparedJob::create(spec::ModelSpec model, spec::ClusterSpec cluster, spec::TrainingSpec training,
                                         TimeConstants constants, Calibration calibration, spec::Engine engine) {
   MIST_CHECK(plan::validate_training(model, cluster, training));
-  if (training.compile && engine != spec::Engine::kTorchtitan)
-    return fail("training.compile",
-                fmt::format("mist models torch.compile as torchtitan applies it (each block compiled); {} runs "
-                            "eager kernels, fused by its own extensions: use --engine torchtitan or leave it false",
-                            spec::display_name(engine)));
-  if (training.fp8_param_gather && engine != spec::Engine::kMegatron)
-    return fail("training.fp8_param_gather",
-                fmt::format("mist models FP8 weights as Megatron-LM keeps them (--fp8-param-gather, Transformer "
-                            "Engine's FP8 parameters); {} {}: use --engine megatron or leave it false",
-                            spec::display_name(engine),
-                            engine == spec::Engine::kTorchtitan
-                                ? "all-gathers float8 weights only with torchao's tensorwise recipe "
-                                  "(enable_fsdp_float8_all_gather), which torchtitan b5bcd76c does not have"
-                                : "has no FP8 training"));
-  if (training.mtp_layers > 0 && engine != spec::Engine::kMegatron)
-    return fail("training.mtp_layers",
-                fmt::format("mist models multi-token prediction as Megatron-Core runs it (--mtp-num-layers); {} has "
-                            "no multi-token prediction: use --engine megatron or leave it 0",
-                            spec::display_name(engine)));
-  if (training.cross_entropy_fusion != spec::CrossEntropyFusion::kNone && engine != spec::Engine::kMegatron)
-    return fail("training.cross_entropy_fusion",
-                fmt::format("names Megatron-LM's loss kernels (--cross-entropy-loss-fusion); {} computes its loss "
-                            "with {}: use --engine megatron or leave the field out",
-                            spec::display_name(engine),
-                            engine == spec::Engine::kTorchtitan ? "F.cross_entropy" : "Megatron's unfused kernel"));
-  if (training.recompute_modules != spec::kRecomputeCoreAttn && engine != spec::Engine::kMegatron)
-    return fail("training.recompute_modules",
-                fmt::format("names Megatron-LM's recompute modules (--recompute-modules); {}'s selective recompute "
-                            "is {}: use --engine megatron or leave the field out",
-                            spec::display_name(engine),
-                            engine == spec::Engine::kTorchtitan ? "its op-level policy" : "the attention core only"));
+  // Fields another engine runs, refused for the whole job: any plan the search tries may use them.
+  if (const auto refused = spec::engine_training_refusals(training, engine); !refused.empty())
+    return std::unexpected(refused.front());
   // Megatron-Core's MoE layer (graph/lower_moe.cpp) and its --qk-layernorm attention are the ones
   // lowered; torchtitan's and DeepSpeed's dispatch, keep and shard differently.
   if (std::string why = spec::megatron_core_only(model); !why.empty() && engine != spec::Engine::kMegatron)

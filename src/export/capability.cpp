@@ -9,6 +9,7 @@
 
 #include "export/common.hpp"
 #include "export/splits.hpp"
+#include "spec/engine_fields.hpp"
 
 namespace mist::engines {
 
@@ -460,31 +461,15 @@ std::vector<Error> inexpressible_reasons(const Plan& p, Engine e, const spec::Tr
   if (e == Engine::kTorchtitan && t && t->precision == spec::Dtype::kFp16)
     reasons.push_back({"training.precision", "torchtitan trains in bf16 or fp32 (training.mixed_precision_param), "
                                              "not fp16"});
-  if (t && t->fp8_param_gather && e != Engine::kMegatron)
-    reasons.push_back({"training.fp8_param_gather",
-                       e == Engine::kTorchtitan
-                           ? "torchtitan b5bcd76c's float8 recipes are rowwise, and torchao all-gathers float8 "
-                             "weights (enable_fsdp_float8_all_gather) with tensorwise scaling only"
-                           : "Megatron-DeepSpeed has no FP8 parameters"});
-  if (t && t->recompute_modules != spec::kRecomputeCoreAttn && e != Engine::kMegatron &&
-      p.recompute == Recompute::kSelective)
-    reasons.push_back({"training.recompute_modules",
-                       e == Engine::kTorchtitan ? "names Megatron-LM's modules; torchtitan's selective recompute is its "
-                                                  "op-level policy"
-                                                : "names Megatron-LM's modules; Megatron-DeepSpeed recomputes the "
-                                                  "attention core only (--recompute-granularity selective)"});
+  // Fields another engine runs (one home with the prediction's refusals); the recompute modules
+  // only matter to a plan that recomputes selectively.
+  if (t)
+    for (auto& r : spec::engine_training_refusals(*t, e, p.recompute == Recompute::kSelective))
+      reasons.push_back(std::move(r));
   if (t && t->cross_entropy_fusion == spec::CrossEntropyFusion::kTe && e == Engine::kMegatron)
     reasons.push_back({"training.cross_entropy_fusion",
                        "Megatron-LM d98e8a64 refuses --cross-entropy-fusion-impl te on its command line (arguments.py:1697, "
                        "stability); Megatron-Bridge's configs run it; use \"native\" to export"});
-  if (t && t->cross_entropy_fusion != spec::CrossEntropyFusion::kNone && e != Engine::kMegatron)
-    reasons.push_back({"training.cross_entropy_fusion",
-                       e == Engine::kTorchtitan ? "torchtitan computes its loss with F.cross_entropy"
-                                                : "Megatron-DeepSpeed has no fused cross entropy"});
-  if (t && t->mtp_layers > 0 && e != Engine::kMegatron)
-    reasons.push_back({"training.mtp_layers", e == Engine::kTorchtitan
-                                                  ? "torchtitan b5bcd76c trains no multi-token prediction modules"
-                                                  : "Megatron-DeepSpeed has no multi-token prediction"});
   if (t && t->fp8_training()) {
     using spec::Fp8Recipe;
     if (e == Engine::kDeepSpeed)

@@ -6,6 +6,7 @@
 #include "export/capability.hpp"
 #include "export/exchange.hpp"
 #include "export/megatron.hpp"
+#include "spec/engine_fields.hpp"
 #include "export_jobs.hpp"
 #include "../common/expect.hpp"
 
@@ -96,6 +97,38 @@ TEST(RecomputeModulesExport, OtherEnginesRefuseMegatronsModules) {
   std::vector<Error> why;
   expressible(p, Engine::kTorchtitan, &why, &t, &m);
   for (const auto& w : why) EXPECT_NE(w.path, "training.recompute_modules");
+}
+
+}  // namespace
+}  // namespace mist::engines
+
+namespace mist::engines {
+namespace {
+
+// The export refuses the fields another engine runs with the prediction's own rule
+// (spec::engine_training_refusals): the same fields, and the recompute modules only where the plan
+// recomputes selectively. torch.compile on a Megatron-LM export is refused since 2026-12-07 (it was
+// exported without it before, while the prediction refused the job).
+TEST(RecomputeModulesExport, TheExportRefusesWhatThePredictionRefuses) {
+  auto t = with_modules(spec::kRecomputeMoe);
+  t.compile = true;
+  t.mtp_layers = 1;
+  for (spec::Engine e : spec::all_engines()) {
+    for (bool selective : {false, true}) {
+      auto p = qwen3_plan();
+      p.recompute = selective ? plan::Recompute::kSelective : plan::Recompute::kNone;
+      std::vector<std::string> got;
+      for (const auto& r : inexpressible_reasons(p, e, &t))
+        if (r.path == "training.compile" || r.path == "training.mtp_layers" || r.path == "training.recompute_modules")
+          got.push_back(r.path);
+      std::vector<std::string> want;
+      for (const auto& r : spec::engine_training_refusals(t, e, selective)) want.push_back(r.path);
+      EXPECT_EQ(got, want) << spec::to_string(e) << (selective ? " selective" : "");
+    }
+  }
+  // Megatron-LM: compile alone; torchtitan: the Megatron-only fields, modules only when selective.
+  EXPECT_EQ(spec::engine_training_refusals(t, spec::Engine::kMegatron, true).size(), 1u);
+  EXPECT_EQ(spec::engine_training_refusals(t, spec::Engine::kTorchtitan, false).size(), 1u);
 }
 
 }  // namespace
