@@ -416,6 +416,11 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     const double rest = comm * (1 - edge_bucket);
     return overlapped(under, rest, 0, fi) - under + comm * edge_bucket;
   };
+  // The first and the last model chunk's shares of the stage's passes: 1/v each, or their blocks'
+  // share where the chunks differ in size (plan.stages[i].chunk_layers).
+  const bool stated = !st.chunk_layers.empty() && l > 0;
+  const double first_chunk_share = stated ? static_cast<double>(st.chunk_layers.front()) / l : 1 / v;
+  const double last_chunk_share = stated ? static_cast<double>(st.chunk_layers.back()) / l : 1 / v;
   if (st.zero <= 1) {
     grad_sync = dp_collective(st.zero == 1 ? Collective::kReduceScatter : Collective::kAllReduce, stage_dense * gb,
                               stage_exp * gb);
@@ -424,7 +429,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
       // interleaved stage's final chunk runs bwd / v, and so its D falls by at most 1/v of what
       // more compute adds to T (the tuner's pruning relies on it, docs/tuner.md).
       // What runs beside the backward slows it as any overlap does (the interference).
-      const double under = bwd_alone / v;
+      const double under = bwd_alone * last_chunk_share;
       grad_sync = exposed_of(under, grad_sync);
     }
   }
@@ -438,7 +443,7 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
                                    (last ? head.fp8_expert_params : 0));
     param_gather = dp_collective(Collective::kAllGather, stage_dense * wb - f8_dense, stage_exp * wb - f8_exp);
     if (p.overlap_param_gather) {
-      const double under = fwd_alone / v;  // the first chunk's forward
+      const double under = fwd_alone * first_chunk_share;  // the first chunk's forward
       param_gather = exposed_of(under, param_gather);
     }
   }

@@ -441,17 +441,35 @@ std::optional<std::string> megatron_moe_overlap_refusal(const Plan& p, int64_t m
   return std::nullopt;
 }
 
+namespace {
+
+// Blocks of stage `i` that --recompute-num-layers n recomputes: the first n of each model chunk.
+int64_t recomputed_blocks(const Plan& p, size_t i, int64_t n) {
+  int64_t out = 0;
+  for (int64_t c : plan::stage_chunk_layers(p, i)) out += std::min(n, c);
+  return out;
+}
+
+}  // namespace
+
 int64_t megatron_recompute_count(const Plan& p) {
-  const int64_t v = std::max<int64_t>(1, p.virtual_pipeline_stages);
   int64_t n = 0;
-  for (const auto& s : p.stages) n = std::max(n, (s.ckpt_layers + v - 1) / v);
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    // The least count that covers the stage's recomputed blocks (chunks may differ in size).
+    int64_t lo = 0, hi = p.stages[i].ckpt_layers;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (recomputed_blocks(p, i, mid) >= p.stages[i].ckpt_layers) hi = mid;
+      else lo = mid + 1;
+    }
+    n = std::max(n, lo);
+  }
   return n;
 }
 
 std::vector<int64_t> megatron_ckpt_layers(const Plan& p, int64_t n) {
-  const int64_t v = std::max<int64_t>(1, p.virtual_pipeline_stages);
   std::vector<int64_t> out;
-  for (const auto& s : p.stages) out.push_back(v * std::min(n, s.num_layers / v));
+  for (size_t i = 0; i < p.stages.size(); ++i) out.push_back(recomputed_blocks(p, i, n));
   return out;
 }
 

@@ -51,7 +51,7 @@ std::vector<std::string> take_engine_switches(plan::Plan& p, Engine e, const spe
 plan::Plan canonical(const plan::Plan& p);
 
 // Megatron's --recompute-num-layers for a plan (the first N blocks of every model chunk are
-// recomputed) and the per-stage counts a given N gives.
+// recomputed; a chunk shorter than N, all of it) and the per-stage counts a given N gives.
 int64_t megatron_recompute_count(const plan::Plan& p);
 // Why Megatron-LM refuses the plan's MoE all-to-all overlap (--overlap-moe-expert-parallel-comm,
 // TransformerConfig.__post_init__ at d98e8a64) with this pipeline, recompute and `mtp_layers`; none

@@ -415,6 +415,19 @@ TEST(Megatron, ChunksOfUnequalSizeRoundTrip) {
   auto back = import_megatron_flags(command(o), m, cluster(8, 8, "H100-SXM5-80GB"));
   ASSERT_TRUE(back) << back.error().to_string();
   EXPECT_EQ(back->plan.stages, p.stages);
+  // Full recompute of the first 2 blocks of every chunk: the first stage's one-block chunk
+  // recomputes its one, so 15 of its 15 (an equal split's 15 / 8 per chunk would say 8).
+  auto rc = import_megatron_flags(command(o) + " --recompute-granularity full --recompute-method block "
+                                              "--recompute-num-layers 2",
+                                  m, cluster(8, 8, "H100-SXM5-80GB"));
+  ASSERT_TRUE(rc) << rc.error().to_string();
+  EXPECT_EQ(rc->plan.stages[0].ckpt_layers, 15);
+  EXPECT_EQ(rc->plan.stages[3].ckpt_layers, 16);
+  auto one = p;
+  for (auto& s : one.stages) s.ckpt_layers = 8;  // 1 a chunk
+  auto rco = export_plan(Engine::kMegatron, {m, cluster(8, 8, "H100-SXM5-80GB"), t, one, {}});
+  ASSERT_TRUE(rco && rco->exported);
+  EXPECT_EQ(value(rco->exported->options, "--recompute-num-layers"), "1");
 
   // Any other pattern goes out as a layout: Llama 3 8B with a short first chunk and a long last one.
   const auto small = model("llama3-8b");
