@@ -95,6 +95,16 @@ def accounted(p):
     return p
 
 
+def chunked(p, chunks):
+    """A plan whose stages hold `chunks` blocks per model chunk (a layout's split)."""
+    for s, ch in zip(p["stages"], chunks):
+        s["num_layers"] = sum(ch)
+        s["ckpt_layers"] = min(s["ckpt_layers"], s["num_layers"])
+        if len(set(ch)) > 1:
+            s["chunk_layers"] = list(ch)
+    return p
+
+
 OPT = {"weights": 0, "gradients": 0, "optimizer_states": 1, "activations": 0}
 ALL = {"weights": 1, "gradients": 1, "optimizer_states": 1, "activations": 0}
 
@@ -164,18 +174,21 @@ JOBS = [
     job("mlm-deepseek-v3-256xH100-pp8-ep32", "megatron", "deepseek-v3", "H100-SXM5-80GB", 256, 1024, 4096,
         plan=plan(32, 1, 8, 1, 32, 61, zero=1, ckpt=8, ep=32)),
     # 2026-12-07: multi-token prediction (--mtp-num-layers) and the MoE all-to-all overlap
-    # (--overlap-moe-expert-parallel-comm, interleaved with pp > 1), not yet run through the harness.
+    # (--overlap-moe-expert-parallel-comm, interleaved with pp > 1); accepted by the harness 2026-12-07.
     job("mlm-deepseek-v3-256xH100-pp8-ep32-mtp", "megatron", "deepseek-v3", "H100-SXM5-80GB", 256, 1024, 4096,
         plan=plan(32, 1, 8, 1, 32, 61, zero=1, ckpt=8, ep=32), mtp_layers=1),
-    # 2026-12-07: --recompute-modules (Megatron-Bridge's gpt-oss recipe recomputes these two), not
-    # yet run through the harness.
+    # 2026-12-07: --recompute-modules (Megatron-Bridge's gpt-oss recipe recomputes these two);
+    # accepted by the harness the same day.
     job("mlm-gpt-oss-120b-pp4-ep8-recompute-modules", "megatron", "gpt-oss-120b", "H100-SXM5-80GB", 64, 1280, 4096,
         plan=plan(16, 1, 4, 1, 80, 36, zero=1, ep=8, recompute="selective"),
         recompute_modules=("layernorm", "moe_act")),
     # 2026-12-07: chunks of unequal size, as Megatron-Bridge's Llama 3.1 405B H100 recipe runs it
-    # (tp 8, pp 8, cp 2, 8 chunks a stage, the embedding and the loss counted in the split).
+    # (tp 8, pp 8, cp 2, 8 chunks a stage, the embedding and the loss counted in the split), and a
+    # layout of unequal chunks; both accepted by the harness the same day.
     job("mlm-llama3-405b-1024xH100-accounting", "megatron", "llama3-405b", "H100-SXM5-80GB", 1024, 1536, 8192,
         plan=accounted(plan(8, 8, 8, 1, 192, 126, zero=1, v=8, cp=2)), fp8_recipe="tensorwise"),
+    job("mlm-llama3-8b-pp4-v2-uneven-layout", "megatron", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=chunked(plan(2, 1, 4, 1, 32, 32, zero=1, v=2), [[3, 4], [4, 4], [4, 4], [4, 5]])),
     job("mlm-qwen3-30b-a3b-16xH100-a2a-overlap", "megatron", "qwen3-30b-a3b", "H100-SXM5-80GB", 16, 1024, 4096,
         plan=plan(8, 1, 2, 1, 128, 48, zero=1, ep=8, v=2, moe_a2a_overlap=True)),
     # DeepSpeed (Megatron-DeepSpeed + DeepSpeed)
