@@ -1,5 +1,6 @@
 """Megatron-LM: parse_args (sys.argv = the export) + validate_args + core_transformer_config_from_args,
-under the export's environment, on rank 0 of the plan's world size."""
+under the export's environment, on rank 0 of the plan's world size; then the blocks it builds in each
+model chunk of each pipeline rank against the plan's split (SPLIT-MISMATCH when they differ)."""
 import contextlib
 import io
 import os
@@ -64,14 +65,41 @@ def check(item, root):
             step = "validate_args"
             arguments.validate_args(args, {})
             step = "core_transformer_config_from_args"
-            core_transformer_config_from_args(args)
+            config = core_transformer_config_from_args(args)
+            step = "get_num_layers_to_build"
+            built = built_split(config)
     except (Exception, SystemExit) as e:
         r = common.rejection(e, [root], step)
         if isinstance(e, SystemExit):
             r["message"] = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else r["message"]
         r["notes"] = notes
         return r
+    planned = plan_split(item["plan"])
+    if built != planned:
+        return {"verdict": "SPLIT-MISMATCH", "notes": notes,
+                "message": f"Megatron-LM builds {built} blocks per rank and model chunk; the plan has {planned}"}
     return {"verdict": "ACCEPTED", "notes": notes}
+
+
+def built_split(config):
+    """Blocks Megatron-LM builds in each model chunk of each pipeline rank: transformer_block.py
+    get_num_layers_to_build, or the layout's own lists (its method asks parallel_state for the
+    virtual pipeline size, which no process group sets here)."""
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    pp = config.pipeline_model_parallel_size
+    vp = config.virtual_pipeline_model_parallel_size or 1
+    layout = config.pipeline_model_parallel_layout
+    if layout is not None:
+        return [[layout.layout[r][c].count(LayerType.decoder) for c in range(vp)] for r in range(pp)]
+    return [[get_num_layers_to_build(config, vp_stage=c if vp > 1 else None, pp_rank=r) for c in range(vp)]
+            for r in range(pp)]
+
+
+def plan_split(p):
+    """The plan's blocks per stage and model chunk (plan.stages[i].chunk_layers, else equal chunks)."""
+    v = p.get("virtual_pipeline_stages", 1)
+    return [s.get("chunk_layers") or [s["num_layers"] // v] * v for s in p["stages"]]
 
 
 def launch_flags(flags, words, item):
