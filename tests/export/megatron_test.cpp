@@ -453,6 +453,14 @@ TEST(Megatron, ChunksOfUnequalSizeRoundTrip) {
   EXPECT_TRUE(named);
   ASSERT_TRUE(tt->nearest);
   EXPECT_FALSE(plan::uneven_chunks(tt->nearest->plan));
+  // DeepSpeed's pipeline has no interleaving: the nearest plan has one chunk a stage and states none.
+  auto ds = export_plan(Engine::kDeepSpeed, {small, cluster(1, 4), training(64, 4096), l->plan, {}});
+  ASSERT_TRUE(ds) << ds.error().to_string();
+  ASSERT_TRUE(ds->nearest);
+  EXPECT_EQ(ds->nearest->plan.virtual_pipeline_stages, 1);
+  for (const auto& st : ds->nearest->plan.stages) EXPECT_TRUE(st.chunk_layers.empty());
+  EXPECT_TRUE(plan::validate_plan(ds->nearest->plan, small, cluster(1, 4), training(64, 4096)));
+  EXPECT_TRUE(plan::validate_plan(tt->nearest->plan, small, cluster(1, 4), training(64, 4096)));
 }
 
 // The loss kernel: --cross-entropy-loss-fusion (impl native by default) is read and written as
