@@ -146,6 +146,13 @@ void even_chunks(Walk& w, std::string why) {
   w.note("plan.stages", std::move(why), fmt::format("blocks per chunk {} -> equal chunks", before));
 }
 
+// The plan without interleaving (one model chunk a stage, so no chunk sizes either).
+void no_interleaving(Walk& w, std::string why) {
+  w.note("plan.virtual_pipeline_stages", std::move(why), fmt::format("{} -> 1", w.p.virtual_pipeline_stages));
+  w.p.virtual_pipeline_stages = 1;
+  for (auto& s : w.p.stages) s.chunk_layers.clear();
+}
+
 bool grads_reduced(const Plan& p) { return plan::grad_dp(p) > 1; }
 bool params_gathered(const Plan& p) { return plan::grad_dp(p) > 1 && p.stages[0].zero >= 1; }
 
@@ -275,12 +282,7 @@ void deepspeed_rules(Walk& w, const spec::TrainingSpec* t, const spec::ModelSpec
   one_zero_level(w, Engine::kDeepSpeed);
   if (w.p.pp > 1 && w.p.stages[0].zero > 1)
     set_zero(w, 1, "DeepSpeed's pipeline engine runs ZeRO 0 or 1 only");
-  if (w.p.virtual_pipeline_stages > 1) {
-    w.note("plan.virtual_pipeline_stages", "DeepSpeed's pipeline engine has no interleaved schedule",
-           fmt::format("{} -> 1", w.p.virtual_pipeline_stages));
-    w.p.virtual_pipeline_stages = 1;
-    for (auto& s : w.p.stages) s.chunk_layers.clear();
-  }
+  if (w.p.virtual_pipeline_stages > 1) no_interleaving(w, "DeepSpeed's pipeline engine has no interleaved schedule");
   if (w.p.pp > 1) {
     auto want = deepspeed_pipe_layers(total_layers(w.p), w.p.pp, t ? t->mixed_precision() : true);
     std::vector<int64_t> have;
@@ -390,11 +392,7 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
     if (!torchtitan_split(have, w.p.virtual_pipeline_stages)) {
       auto want = torchtitan_nearest_layers(have, w.p.virtual_pipeline_stages);
       if (!want) {
-        w.note("plan.virtual_pipeline_stages",
-               "torchtitan's generated split cannot give every rank that many equal model chunks",
-               fmt::format("{} -> 1", w.p.virtual_pipeline_stages));
-        w.p.virtual_pipeline_stages = 1;
-        for (auto& s : w.p.stages) s.chunk_layers.clear();
+        no_interleaving(w, "torchtitan's generated split cannot give every rank that many equal model chunks");
         want = torchtitan_nearest_layers(have, 1);
       }
       if (want && *want != have)
