@@ -21,6 +21,14 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
                        const TimeConstants& k, const profile::OpTable* table, profile::SourceCounts& sources,
                        std::string_view only = {}) {
   LayerTimes r;
+  // The stream's kernels per pass, an op's in a group of its own (the backward runs the groups in
+  // reverse): for the host's stalls.
+  const bool host_cost = k.perf.host_per_kernel_s > 0;
+  std::vector<double> fwd_kernels_list, core_kernels_list;
+  std::vector<std::vector<double>> bwd_groups;
+  auto add = [](std::vector<double>& to, double count, double seconds) {
+    for (int i = 0; i < static_cast<int>(count); ++i) to.push_back(seconds / count);
+  };
   const std::string shape = table ? profile::shape_key(L.kind, at) : std::string();
   // Compute since the last exposed collective, and the inner share once another one closes it.
   double since_exposed_fwd = 0, since_exposed_bwd = 0;
@@ -68,7 +76,15 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
         }
         return sum;
       };
+      const double kf0 = r.kernels_fwd, kb0 = r.kernels_bwd;
       const double f = exposed(t.fwd, op.fwd_cp, r.kernels_fwd), b = exposed(t.bwd, op.bwd_cp, r.kernels_bwd);
+      if (host_cost) {
+        // The exchanges' launches, then what they expose.
+        add(fwd_kernels_list, r.kernels_fwd - kf0, 0), fwd_kernels_list.push_back(f);
+        if (op.selective_recompute) add(core_kernels_list, r.kernels_fwd - kf0, 0), core_kernels_list.push_back(f);
+        bwd_groups.emplace_back();
+        add(bwd_groups.back(), r.kernels_bwd - kb0, 0), bwd_groups.back().push_back(b);
+      }
       r.fwd_exposed += f;
       r.bwd_exposed += b;
       r.fwd_cp += f;
@@ -76,11 +92,16 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       if (op.selective_recompute) r.core_fwd += f;
     }
     if (op.exposed_comm) {
-      const double fc = comm(op.fwd_comm);
+      const double fc = comm(op.fwd_comm), bc = comm(op.bwd_comm);
       r.fwd_exposed += fc;
-      r.bwd_exposed += comm(op.bwd_comm);
+      r.bwd_exposed += bc;
       r.kernels_fwd += 1;
       r.kernels_bwd += 1;
+      if (host_cost) {
+        fwd_kernels_list.push_back(fc);
+        if (op.selective_recompute) core_kernels_list.push_back(fc);
+        bwd_groups.push_back({bc});
+      }
       // A recomputed module's collectives run again with it (Megatron's "moe").
       if (op.selective_recompute) r.core_fwd += fc, r.kernels_core_fwd += 1;
       if (after_exposed) r.inner_fwd += since_exposed_fwd, r.inner_bwd += since_exposed_bwd;
@@ -99,9 +120,23 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
         static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kForward).size()) + launches(op.fwd_comm);
     r.kernels_fwd += fwd_kernels;
     if (op.selective_recompute) r.kernels_core_fwd += fwd_kernels;
-    if (resolved.has_bwd)
-      r.kernels_bwd += static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kBackward).size());
-    r.kernels_bwd += launches(op.bwd_comm) + launches(op.bwd_regather);
+    const double bwd_kernels =
+        resolved.has_bwd ? static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kBackward).size()) : 0;
+    r.kernels_bwd += bwd_kernels + launches(op.bwd_comm) + launches(op.bwd_regather);
+    if (host_cost) {
+      // The op's kernels share its time; each collective is a kernel of its own on the stream.
+      const double fk = fwd_kernels - launches(op.fwd_comm);
+      add(fwd_kernels_list, fk, t.fwd);
+      if (launches(op.fwd_comm) > 0) fwd_kernels_list.push_back(fwd_tp);
+      if (op.selective_recompute) {
+        add(core_kernels_list, fk, t.fwd);
+        if (launches(op.fwd_comm) > 0) core_kernels_list.push_back(fwd_tp);
+      }
+      bwd_groups.emplace_back();
+      add(bwd_groups.back(), bwd_kernels, t.bwd);
+      if (launches(op.bwd_comm) > 0) bwd_groups.back().push_back(grad_comm);
+      if (launches(op.bwd_regather) > 0) bwd_groups.back().push_back(regather);
+    }
     r.bwd_tp += grad_comm + regather;
     // Megatron's column-parallel linear launches its backward collectives asynchronously: the input
     // re-gather (sequence parallelism) runs under the input-gradient GEMM, the all-reduce or
@@ -116,6 +151,19 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       r.bwd_tp_async += hidden(t.bwd / 2, regather) + hidden(t.bwd / 2, grad_comm);
     else
       r.bwd_tp_async += grad_comm + regather;
+  }
+  if (host_cost) {
+    const double h = k.perf.host_per_kernel_s;
+    std::vector<double> bwd;
+    for (auto it = bwd_groups.rbegin(); it != bwd_groups.rend(); ++it) bwd.insert(bwd.end(), it->begin(), it->end());
+    auto then = [](std::vector<double> a, const std::vector<double>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    r.stall_fwd = host_stall(fwd_kernels_list, h);
+    r.stall_bwd = host_stall(bwd, h);
+    r.stall_bwd_core = host_stall(then(core_kernels_list, bwd), h);
+    r.stall_bwd_rc = host_stall(then(fwd_kernels_list, bwd), h);
   }
   r.params = sym::evaluate_or_zero(L.params(), at);
   r.expert_params = sym::evaluate_or_zero(L.expert_params(), at);
@@ -132,6 +180,16 @@ double overlapped(double compute, double collective, double host, const Interfer
 }
 
 }  // namespace
+
+double host_stall(const std::vector<double>& kernels, double host) {
+  double launched = 0, ended = 0, busy = 0;
+  for (const double g : kernels) {
+    launched += host;
+    ended = std::max(launched, ended) + g;
+    busy += g;
+  }
+  return std::max(0.0, ended - busy);
+}
 
 double overlap_time(double compute, double comm, const Interference& f) {
   if (compute <= 0 || comm <= 0) return std::max(compute, 0.0) + std::max(comm, 0.0);
@@ -274,8 +332,6 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   const Interference& fi = k.interference;
   // TP collectives are serial (Mist's assumption) unless pipelined with their GEMMs.
   const bool tp_hidden = p.overlap_tp_comm && p.tp > 1;
-  // Each pass over a layer takes at least what the host spends issuing its kernels.
-  const double host = k.perf.host_per_kernel_s;
   // Per block: ZeRO-3 gathers the block's weights in forward and backward, ZeRO-2+ reduce-
   // scatters its gradients every micro-batch; offloading swaps shares in and out over PCIe. A
   // mixture of experts' expert weights are sharded and reduced over the expert data-parallel group.
@@ -316,15 +372,15 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
     const double bwd_rc_gpu =
         overlapped(x.bwd + recompute_gpu + a2a_fwd, ag + rs + bwd_tp_ov + fwd_tp_ov, bwd_host, fi) - a2a_fwd + bwd_tp +
         x.bwd_cp;
-    const double host_fwd = host * x.kernels_fwd, host_bwd = host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0));
-    const double host_bwd_rc = host * (x.kernels_bwd + x.kernels_fwd);
+    // The GPU waits for the host where the pass's kernels are shorter than their launches.
+    const double stall_bwd = selective ? x.stall_bwd_core : x.stall_bwd;
     BlockPasses b;
     b.a2a_fwd = a2a_fwd;
     b.a2a_bwd = a2a_bwd;
-    b.fwd = std::max(fwd_gpu + a2a_fwd, host_fwd);
+    b.fwd = fwd_gpu + a2a_fwd + x.stall_fwd;
     b.recompute = recompute_gpu + a2a_fwd;
-    b.bwd = std::max(bwd_gpu + a2a_bwd, host_bwd);
-    b.bwd_recomputed = std::max(bwd_rc_gpu + a2a_fwd + a2a_bwd, host_bwd_rc);
+    b.bwd = bwd_gpu + a2a_bwd + stall_bwd;
+    b.bwd_recomputed = bwd_rc_gpu + a2a_fwd + a2a_bwd + x.stall_bwd_rc;
     // Megatron's combined 1F1B runs a block's forward (micro-batch A) and backward (B) in four
     // steps, compute on one stream beside an all-to-all on the other (combined_1f1b.py at d98e8a64):
     // A's attention up to its dispatch (and after its combine) beside B's combine backward; B's
@@ -338,8 +394,8 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
       return overlap_time(fwd_gpu - mlp_f, a2a_bwd / 2, fi) + overlap_time(mlp_b, a2a_fwd / 2, fi) +
              overlap_time(mlp_f, a2a_bwd / 2, fi) + overlap_time(attention_bwd, a2a_fwd / 2, fi);
     };
-    b.pair = std::max(steps(bwd_gpu - mlp_b), host_fwd + host_bwd);
-    b.pair_recomputed = std::max(steps(bwd_rc_gpu - mlp_b) + a2a_fwd, host_fwd + host_bwd_rc);
+    b.pair = steps(bwd_gpu - mlp_b) + x.stall_fwd + stall_bwd;
+    b.pair_recomputed = steps(bwd_rc_gpu - mlp_b) + a2a_fwd + x.stall_fwd + x.stall_bwd_rc;
     return b;
   };
   const BlockPasses mb = passes(blk);
@@ -354,11 +410,10 @@ StageTimeParts StageTimer::parts(const plan::StagePlan& st, int index) const {
   // The embedding and the head run unoverlapped; the head's multi-token prediction blocks have
   // their dispatchers' exposed all-to-alls and, under selective recompute, their attention cores
   // recomputed in backward.
-  auto edge_fwd = [&](const LayerTimes& x) { return std::max(x.fwd + x.fwd_tp + x.fwd_exposed, host * x.kernels_fwd); };
+  auto edge_fwd = [&](const LayerTimes& x) { return x.fwd + x.fwd_tp + x.fwd_exposed + x.stall_fwd; };
   auto edge_bwd = [&](const LayerTimes& x) {
-    return std::max(x.bwd + (selective ? x.core_fwd : 0) + (p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp) +
-                        x.bwd_exposed,
-                    host * (x.kernels_bwd + (selective ? x.kernels_core_fwd : 0)));
+    return x.bwd + (selective ? x.core_fwd : 0) + (p.async_tp_backward ? x.bwd_tp_async : x.bwd_tp) + x.bwd_exposed +
+           (selective ? x.stall_bwd_core : x.stall_bwd);
   };
   // With the MoE all-to-alls overlapped (Megatron's combined 1F1B) each MoE block's forward runs
   // beside another micro-batch's backward of it in the steady state: what the pair saves comes off

@@ -106,10 +106,19 @@ struct LayerTimes {
   // job keeps FP8 parameters (StageTimer::fp8_params_), gathered as such.
   double fp8_params = 0, fp8_expert_params = 0;
   double saved = 0;                 // activation bytes kept for backward
-  // Kernels the host issues for one pass (each op's kernels and each TP collective): times the
-  // stack's host cost per kernel, a floor under the pass (the GPU waits for a slower host).
+  // Kernels the host issues for one pass (each op's kernels and each TP collective).
   double kernels_fwd = 0, kernels_bwd = 0, kernels_core_fwd = 0;
+  // What the GPU waits for the host in a pass: the stream's kernels in order, each launched
+  // host_per_kernel_s after the one before and started when both it is launched and the one
+  // before has ended (host_stall): the host runs ahead under long kernels and the GPU idles
+  // behind it on short ones. The backward alone, after the recomputed modules (selective), and
+  // after the whole forward again (a fully recomputed block). Zero without a host cost.
+  double stall_fwd = 0, stall_bwd = 0, stall_bwd_core = 0, stall_bwd_rc = 0;
 };
+
+// The time a single stream's kernels of these durations, launched by a host that spends `host`
+// seconds on each, take beyond their own sum (0 when the host keeps ahead throughout).
+double host_stall(const std::vector<double>& kernels, double host);
 
 // The numbers behind a StageTime, without the labels (the tuner's hot path).
 struct StageTimeParts {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "analysis/prediction.hpp"
+#include "hardware/perf_model.hpp"
 
 namespace mist::calibration {
 
@@ -183,6 +184,17 @@ Result<double> golden(const std::function<Result<double>(double)>& cost, double 
   return (lo + hi) / 2;
 }
 
+// The highest efficiency a fit may give: the measured maximum achievable matmul rate of the runs'
+// GPU (its MAMF), or 1 where none is measured. A stack's fit can only make GEMMs slower than the
+// best one measured on the chip; above it, the fit would be paying with GEMM speed for what the
+// model gets wrong elsewhere (and carry that to every other GPU the calibration is applied to).
+double efficiency_cap(const PublishedRun& r) {
+  const auto& g = r.job.cluster.gpu;
+  const auto d = r.job.training.precision;
+  const double peak = hardware::sustained_matmul_flops(g, d);
+  return peak > 0 ? std::min(1.0, hardware::achievable_matmul_flops(g, d, hardware::PerfConstants{}) / peak) : 1.0;
+}
+
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -211,14 +223,18 @@ Result<RunsFit> fit_matmul_efficiency(const std::vector<PublishedRun>& runs, con
     MIST_TRY(auto errs, errors_of(runs, jobs, k));
     return mean_abs_error(errs);
   };
-  // Scan, then golden-section search around the best point of the scan.
+  // Scan, then golden-section search around the best point of the scan, up to the GPU's MAMF.
+  const double cap = efficiency_cap(runs[0]);
   double best = 0.2, best_cost = 1e300;
-  for (double e = 0.2; e <= 1.0 + 1e-9; e += 0.1) {
+  std::vector<double> scan;
+  for (double e = 0.2; e < cap; e += 0.1) scan.push_back(e);
+  scan.push_back(cap);
+  for (const double e : scan) {
     MIST_TRY(double c, cost(e));
     if (c < best_cost) best = e, best_cost = c;
   }
-  MIST_TRY(double e, golden(cost, std::max(0.2, best - 0.1), std::min(1.0, best + 0.1), 1e-4));
-  fit.matmul_efficiency = std::round(e * 1e4) / 1e4;
+  MIST_TRY(double e, golden(cost, std::max(0.2, best - 0.1), std::min(cap, best + 0.1), 1e-4));
+  fit.matmul_efficiency = std::min(cap, std::round(e * 1e4) / 1e4);
   analysis::TimeConstants k = base;
   k.perf.matmul_efficiency = fit.matmul_efficiency;
   MIST_TRY(fit.after, errors_of(runs, jobs, k));
@@ -241,7 +257,8 @@ Result<RunsFit> fit_efficiency_and_host(const std::vector<PublishedRun>& runs, c
   constexpr double kMaxHost = 200e-6;
   double best_e = fit.matmul_efficiency, best_h = 0;
   MIST_TRY(double best_cost, cost(best_e, best_h));
-  for (double e = 0.3; e <= 1.0 + 1e-9; e += 0.1)
+  const double cap = efficiency_cap(runs[0]);
+  for (double e = 0.3; e <= cap + 1e-9; e += 0.1)
     for (double h : {5e-6, 10e-6, 20e-6, 40e-6, 80e-6}) {
       MIST_TRY(double c, cost(e, h));
       if (c < best_cost) best_e = e, best_h = h, best_cost = c;
@@ -250,9 +267,9 @@ Result<RunsFit> fit_efficiency_and_host(const std::vector<PublishedRun>& runs, c
     MIST_TRY(best_h, golden([&](double h) { return cost(best_e, h); }, std::max(0.0, best_h / 2 - 2e-6),
                             std::min(kMaxHost, best_h * 2 + 2e-6), 1e-8));
     MIST_TRY(best_e, golden([&](double e) { return cost(e, best_h); }, std::max(0.2, best_e - 0.1),
-                            std::min(1.0, best_e + 0.1), 1e-4));
+                            std::min(cap, best_e + 0.1), 1e-4));
   }
-  fit.matmul_efficiency = std::round(best_e * 1e4) / 1e4;
+  fit.matmul_efficiency = std::min(cap, std::round(best_e * 1e4) / 1e4);
   fit.host_per_kernel_s = std::round(best_h * 1e8) / 1e8;
   fit.fitted_host = true;
   MIST_TRY(fit.after, errors_of(runs, jobs, constants(fit.matmul_efficiency, fit.host_per_kernel_s)));

@@ -13,8 +13,11 @@ namespace {
 // of the data, so the bus bandwidth is r × the per-GPU network share (on cloud nodes whose NIC is
 // shared, the catalog's per-GPU figure already divides it), capped by the node's links. Off by
 // default (CommConstants::rail_local_rings): docs/time-model.md says why.
-double ring_bandwidth(const spec::ClusterSpec& c, bool crosses_nodes, int64_t per_node, const CommConstants& k) {
-  const double intra = c.gpu.link_bw > 0 ? c.intra_node_bw * k.nvlink_efficiency
+// `ring_size` (0: not a ring: a point-to-point send or an all-to-all's) sets NVLink's efficiency.
+double ring_bandwidth(const spec::ClusterSpec& c, bool crosses_nodes, int64_t per_node, const CommConstants& k,
+                      int64_t ring_size = 0) {
+  const double small = ring_size > 1 ? k.nvlink_small_group / static_cast<double>(ring_size) : 0.0;
+  const double intra = c.gpu.link_bw > 0 ? c.intra_node_bw * (k.nvlink_efficiency - small)
                                          : c.intra_node_bw * k.pcie_efficiency;
   if (!crosses_nodes) return intra;
   const double rails = k.rail_local_rings ? static_cast<double>(std::max<int64_t>(1, per_node)) : 1.0;
@@ -34,7 +37,7 @@ double all_to_all_time(const spec::ClusterSpec& c, Group g, double bytes, const 
   const double intra = ring_bandwidth(c, false, 1, k);
   const double inter = ring_bandwidth(c, true, 1, k);
   const double t = std::max((m - 1) / n * bytes / intra, g.crosses_nodes ? (n - m) / n * bytes / inter : 0.0);
-  return t + latency(c, g.crosses_nodes);
+  return k.collective_base_s + t + latency(c, g.crosses_nodes);
 }
 
 }  // namespace
@@ -50,8 +53,8 @@ double collective_time(const spec::ClusterSpec& c, Collective op, Group g, doubl
   const double n = static_cast<double>(g.size);
   // A ring all-reduce is a reduce-scatter then an all-gather: each moves (n-1)/n of the data.
   const double steps = op == Collective::kAllReduce ? 2.0 : 1.0;
-  const double bw = ring_bandwidth(c, g.crosses_nodes, g.per_node, k);
-  return steps * ((n - 1) / n * bytes / bw + (n - 1) * latency(c, g.crosses_nodes));
+  const double bw = ring_bandwidth(c, g.crosses_nodes, g.per_node, k, g.size);
+  return k.collective_base_s + steps * ((n - 1) / n * bytes / bw + (n - 1) * latency(c, g.crosses_nodes));
 }
 
 double p2p_time(const spec::ClusterSpec& c, bool crosses_nodes, double bytes, const CommConstants& k) {

@@ -14,9 +14,18 @@ namespace mist::hardware {
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kRingExchange };
 
 struct CommConstants {
-  // Achievable fraction of the link bandwidth for large NCCL collectives: nccl-tests all-reduce
-  // bus bandwidth on an 8×A100 NVLink node is about 235 of 300 GB/s (ml-engineering).
-  double nvlink_efficiency = 0.78;
+  // Bus bandwidth of an NVLink ring over n GPUs, as a fraction of the link bandwidth:
+  // nvlink_efficiency − nvlink_small_group / n (a ring of 2 reaches less of the link than one of
+  // 8). With collective_base_s and the cluster's per-step latency (intra_node_latency_us), fitted
+  // to all-reduce times measured on an 8×A100-SXM4-80GB NVSwitch node for 2-8 GPUs and 1 MiB-1 GiB
+  // (vTrain's nccl-tests tables, data/measured/nccl_allreduce_a100_vtrain.csv; docs/time-model.md,
+  // "Collectives"): 2.5% mean, 18% worst error, where a flat 0.78 and no base cost were 9.8% / 81%.
+  double nvlink_efficiency = 0.79;
+  double nvlink_small_group = 0.32;
+  // NCCL's fixed cost of one collective call (launch, the protocol's handshakes): what remains of
+  // a small all-reduce when its per-step latencies and bytes are taken off. Not applied to
+  // point-to-point sends.
+  double collective_base_s = 36e-6;
   double network_efficiency = 0.85;  // InfiniBand/RoCE ring bus bandwidth vs line rate
   double pcie_efficiency = 0.88;     // measured 55 of 63 GB/s on PCIe 5 x16 (ml-engineering)
   // Sustained fraction of the DRAM channels' peak that DMA copies from pinned host memory reach:

@@ -33,10 +33,11 @@ constexpr int64_t kMaxNodes = 100000;
 constexpr int64_t kMaxGpusPerNode = 64;
 constexpr int64_t kMaxNvlinkDomain = 1152;  // NVIDIA's largest announced NVLink domain is 576 GPUs
 
-// Defaults when a cluster file does not give latencies. Estimates, not measurements: NCCL's
-// small-message latency within an NVLink node is a few microseconds, over PCIe somewhat more,
-// and one InfiniBand/RoCE hop adds a few more (docs/specs.md).
-constexpr double kNvlinkLatencyUs = 2;
+// Defaults when a cluster file does not give latencies: one step of an NCCL ring. NVLink's is
+// fitted with hardware::CommConstants to all-reduce times measured on an 8×A100 NVSwitch node
+// (docs/time-model.md, "Collectives"); PCIe's and one InfiniBand/RoCE hop's are estimates
+// (docs/specs.md).
+constexpr double kNvlinkLatencyUs = 2.4;
 constexpr double kPcieLatencyUs = 5;
 constexpr double kInterNodeLatencyUs = 5;
 

@@ -136,15 +136,27 @@ double term(const TimePrediction& r, const std::string& name) {
 
 // Megatron's sequence-parallel column linear keeps only its input shard and all-gathers it again
 // in backward for the weight gradient: per block, all-reduce ≙ all-gather + reduce-scatter, so TP
-// traffic is 4 all-reduces without SP and 5 with it (the two re-gathers).
+// traffic is 4 all-reduces without SP and 5 with it (the two re-gathers). In calls: 4 without SP
+// (one all-reduce each way per linear pair), 10 with it (each all-reduce becomes two calls, and the
+// two re-gathers), each paying NCCL's fixed cost per call.
 TEST(TimeModel, SequenceParallelRegathersColumnInputsInBackward) {
   Job s;
   auto p = plan::uniform_plan(s.m, 2, 8, 1, 1, 128, {});
-  const double plain = term(s.run(p), "tp_communication");
+  analysis::TimeConstants k, no_base;
+  no_base.comm.collective_base_s = 0;
+  auto tp_comm = [&](const plan::Plan& q, const analysis::TimeConstants& kk) {
+    auto r = mist::testing::time_of(s.m, s.c, s.t, q, kk);
+    EXPECT_TRUE(r.has_value());
+    return r ? term(*r, "tp_communication") : 0.0;
+  };
+  const double plain = tp_comm(p, no_base), plain_calls = tp_comm(p, k);
   p.sequence_parallel = true;
-  const double sp = term(s.run(p), "tp_communication");
+  const double sp = tp_comm(p, no_base), sp_calls = tp_comm(p, k);
   ASSERT_GT(plain, 0);
   EXPECT_NEAR(sp / plain, 1.25, 1e-9);
+  // Per micro-batch and block, the fixed costs: 10 calls against 4.
+  const double per_block = (sp_calls - sp) - 2.5 * (plain_calls - plain);
+  EXPECT_NEAR(per_block, 0, 1e-9 * sp_calls);
 }
 
 TEST(TimeModel, UnfusedGradientAccumulationAddsAPassPerMicroBatch) {
@@ -220,6 +232,20 @@ TEST(TimeModel, AsyncTensorParallelBackwardHidesCollectivesUnderGemms) {
   }
 }
 
+
+// The host feeds one stream, a kernel every `host` seconds: the GPU idles behind it on short
+// kernels and the host runs ahead under long ones, so the order of a pass's kernels matters.
+TEST(TimeModel, TheHostStallsTheStreamWhereItsKernelsAreShort) {
+  const double h = 10e-6, us = 1e-6;
+  EXPECT_EQ(host_stall({}, h), 0);
+  EXPECT_NEAR(host_stall({100 * us, 100 * us}, h), h, 1e-12);  // only the first launch
+  EXPECT_NEAR(host_stall(std::vector<double>(10, 1 * us), h), 91 * us, 1e-12);  // 10 launches, 10 µs of work
+  // A long kernel first: the host issues the short ones under it.
+  EXPECT_NEAR(host_stall({100 * us, us, us, us, us}, h), h, 1e-12);
+  // The short ones first: the GPU waits for each.
+  EXPECT_NEAR(host_stall({us, us, us, us, 100 * us}, h), 46 * us, 1e-12);
+  EXPECT_EQ(host_stall({us, us}, 0), 0);
+}
 
 // The stack's host cost per kernel floors each pass over a layer: a small layer whose kernels the
 // host issues more slowly than the GPU runs them takes the host's time; a large one keeps its GPU

@@ -294,14 +294,17 @@ std::vector<RunError> held_out_half(const std::string& constants_file, const std
 // vTrain's single-node Megatron-DeepSpeed set (1,439 runs): small layers are host-bound, so the
 // DeepSpeed fit has the stack's host cost per kernel with its efficiency. The target: fit on
 // a random half, at most 8% mean error on the other, no run beyond 25%. Measured 2026-12-01: 8.7%
-// mean, 48.5% worst (tp 8 at micro-batch 1 stays optimistic: docs/time-model.md). Physics alone: 67%.
+// mean, 48.5% worst (tp 8 at micro-batch 1 stays optimistic: docs/time-model.md). 2026-12-07, with
+// NCCL's measured small-message costs, the host's stalls kernel by kernel and the efficiency held
+// to the GPU's MAMF: 8.1% mean, 26.1% worst (was 8.3% and 38.2%; tp 8 still the most optimistic).
+// Physics alone: 52%.
 TEST(GroundTruth, VtrainHalfHeldOutWithTheDeepSpeedFit) {
   if (mist::testing::kSanitized) GTEST_SKIP() << "744 predictions: the normal build runs it";
   const auto errs = held_out_half("a100_megatron_deepspeed_vtrain.time_constants.json",
                                   "vtrain_a100_megatron_deepspeed.json");
   ASSERT_EQ(errs.size(), 744u);
-  EXPECT_LE(mean_abs_error(errs), 0.09);
-  EXPECT_LE(max_abs_error(errs), 0.50);
+  EXPECT_LE(mean_abs_error(errs), 0.085);
+  EXPECT_LE(max_abs_error(errs), 0.28);
 }
 
 // llm-foundry's MPT FSDP runs on A100-40GB: the PyTorch-FSDP fit (torchtitan's stack on A100), no

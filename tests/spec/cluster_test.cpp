@@ -40,7 +40,7 @@ TEST(Cluster, NvlinkDefaults) {
   EXPECT_EQ(c->gpus_per_node, 8);
   EXPECT_EQ(c->num_gpus(), 16);
   EXPECT_DOUBLE_EQ(c->intra_node_bw, 300 * kGB);  // NVLink, one direction
-  EXPECT_DOUBLE_EQ(c->intra_node_latency, 2e-6);
+  EXPECT_DOUBLE_EQ(c->intra_node_latency, 2.4e-6);  // one ring step, fitted to measured A100 all-reduces
   EXPECT_DOUBLE_EQ(c->inter_node_bw, 25 * kGB);
   EXPECT_DOUBLE_EQ(c->inter_node_latency, 5e-6);
   EXPECT_DOUBLE_EQ(c->pcie_bw, 31 * kGB);
