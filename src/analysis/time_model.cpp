@@ -24,6 +24,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
   // The stream's kernels per pass, an op's in a group of its own (the backward runs the groups in
   // reverse): for the host's stalls.
   const bool host_cost = k.perf.host_per_kernel_s > 0;
+  bool meets_other_ranks = false;  // a collective on the layer's stream
   std::vector<double> fwd_kernels_list, core_kernels_list;
   std::vector<std::vector<double>> bwd_groups;
   auto add = [](std::vector<double>& to, double count, double seconds) {
@@ -56,6 +57,7 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
                                  : cm.group == graph::CommGroup::kContextA2a ? place.cp_a2a
                                  : cm.group == graph::CommGroup::kContextRing ? place.cp_ring
                                                                              : place.tp;
+      if (g.size > 1) meets_other_ranks = true;
       return hardware::collective_time(c, kind, g, sym::evaluate_or_zero(cm.bytes, at), k.comm);
     };
     if (!op.fwd_cp.empty() || !op.bwd_cp.empty()) {
@@ -160,10 +162,20 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       a.insert(a.end(), b.begin(), b.end());
       return a;
     };
-    r.stall_fwd = host_stall(fwd_kernels_list, h);
-    r.stall_bwd = host_stall(bwd, h);
-    r.stall_bwd_core = host_stall(then(core_kernels_list, bwd), h);
-    r.stall_bwd_rc = host_stall(then(fwd_kernels_list, bwd), h);
+    // A collective in the layer (TP's, the dispatcher's, context parallelism's) waits for the
+    // slowest of its ranks' hosts: the lead a host builds does not survive it, so each pass starts
+    // with an empty stream. A layer with none keeps the lead from the layer before, the steady
+    // state of identical layers: the pass takes the longer of its GPU time and its launches.
+    auto stall = [&](const std::vector<double>& ks) {
+      if (meets_other_ranks) return host_stall(ks, h);
+      double sum = 0;
+      for (double g : ks) sum += g;
+      return std::max(0.0, h * static_cast<double>(ks.size()) - sum);
+    };
+    r.stall_fwd = stall(fwd_kernels_list);
+    r.stall_bwd = stall(bwd);
+    r.stall_bwd_core = stall(then(core_kernels_list, bwd));
+    r.stall_bwd_rc = stall(then(fwd_kernels_list, bwd));
   }
   r.params = sym::evaluate_or_zero(L.params(), at);
   r.expert_params = sym::evaluate_or_zero(L.expert_params(), at);
