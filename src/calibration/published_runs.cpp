@@ -192,7 +192,8 @@ double efficiency_cap(const PublishedRun& r) {
   const auto& g = r.job.cluster.gpu;
   const auto d = r.job.training.precision;
   const double peak = hardware::sustained_matmul_flops(g, d);
-  return peak > 0 ? std::min(1.0, hardware::achievable_matmul_flops(g, d, hardware::PerfConstants{}) / peak) : 1.0;
+  if (peak <= 0) return 1.0;
+  return std::clamp(hardware::achievable_matmul_flops(g, d, hardware::PerfConstants{}) / peak, 0.2, 1.0);
 }
 
 uint64_t splitmix64(uint64_t x) {

@@ -87,6 +87,24 @@ TEST(PublishedRuns, FitRecoversTheEfficiencyThatProducedTheTimes) {
   }
 }
 
+// Times a faster GEMM produced than the GPU's measured maximum (A100: MAMF 0.869 of peak) fit to
+// the maximum, not beyond: a stack cannot run GEMMs faster than the chip's best measured one.
+TEST(PublishedRuns, FitStopsAtTheGpusMeasuredMaximum) {
+  if (mist::testing::kSanitized) GTEST_SKIP() << "a fit of its own: the normal build runs it";
+  auto runs = published_runs_from_json(runs_json(), "runs.json")->runs;
+  TimeConstants k;
+  k.perf.matmul_efficiency = 0.95;
+  auto preds = run_errors(runs, k);
+  ASSERT_TRUE(preds.has_value());
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].iteration_time_s = (*preds)[i].predicted_s;
+  auto fit = fit_matmul_efficiency(runs);
+  ASSERT_TRUE(fit.has_value()) << fit.error().to_string();
+  const auto& g = runs[0].job.cluster.gpu;
+  const double mamf = g.matmul_bf16_flops / g.bf16_flops;
+  EXPECT_NEAR(fit->matmul_efficiency, mamf, 1e-4);
+  EXPECT_GT(max_abs_error(fit->after), 0.01);  // what the cap costs on these made-up times
+}
+
 TEST(PublishedRuns, FitRefusesMixedGpusOrPrecisions) {
   Json j = runs_json();
   j["runs"][1]["cluster"]["gpu"] = "H100-SXM5-80GB";
