@@ -31,7 +31,7 @@ struct StagePlan {
   // Blocks of each model chunk under interleaving (virtual_pipeline_stages entries, adding up to
   // num_layers) where they differ: Megatron's --account-for-embedding/loss-in-pipeline-split and
   // its layouts give the first (last) stage a shorter first (last) chunk. Empty: num_layers / v each.
-  std::vector<int64_t> chunk_layers;
+  std::vector<int64_t> chunk_layers{};
   bool operator==(const StagePlan&) const = default;
 };
 

@@ -39,7 +39,7 @@ struct StageWork {
   double activation_bytes_per_micro_batch = 0;
   // Each chunk's share of the above (v entries adding up to 1) where the chunks differ in size;
   // empty: 1/v each.
-  std::vector<double> chunk_share;
+  std::vector<double> chunk_share{};
 };
 
 struct PipelineJob {
