@@ -19,7 +19,7 @@ struct CommConstants {
   // 8). With collective_base_s and the cluster's per-step latency (intra_node_latency_us), fitted
   // to all-reduce times measured on an 8×A100-SXM4-80GB NVSwitch node for 2-8 GPUs and 1 MiB-1 GiB
   // (vTrain's nccl-tests tables, data/measured/nccl_allreduce_a100_vtrain.csv; docs/time-model.md,
-  // "Collectives"): 2.5% mean, 18% worst error, where a flat 0.78 and no base cost were 9.8% / 81%.
+  // "Communication"): 2.5% mean, 18% worst error, where a flat 0.78 and no base cost were 9.8% / 81%.
   double nvlink_efficiency = 0.79;
   double nvlink_small_group = 0.32;
   // NCCL's fixed cost of one collective call (launch, the protocol's handshakes): what remains of

@@ -35,7 +35,7 @@ constexpr int64_t kMaxNvlinkDomain = 1152;  // NVIDIA's largest announced NVLink
 
 // Defaults when a cluster file does not give latencies: one step of an NCCL ring. NVLink's is
 // fitted with hardware::CommConstants to all-reduce times measured on an 8×A100 NVSwitch node
-// (docs/time-model.md, "Collectives"); PCIe's and one InfiniBand/RoCE hop's are estimates
+// (docs/time-model.md, "Communication"); PCIe's and one InfiniBand/RoCE hop's are estimates
 // (docs/specs.md).
 constexpr double kNvlinkLatencyUs = 2.4;
 constexpr double kPcieLatencyUs = 5;
