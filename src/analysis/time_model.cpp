@@ -78,14 +78,14 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
         }
         return sum;
       };
-      const double kf0 = r.kernels_fwd, kb0 = r.kernels_bwd;
-      const double f = exposed(t.fwd, op.fwd_cp, r.kernels_fwd), b = exposed(t.bwd, op.bwd_cp, r.kernels_bwd);
+      double fwd_launches = 0, bwd_launches = 0;
+      const double f = exposed(t.fwd, op.fwd_cp, fwd_launches), b = exposed(t.bwd, op.bwd_cp, bwd_launches);
       if (host_cost) {
         // The exchanges' launches, then what they expose.
-        add(fwd_kernels_list, r.kernels_fwd - kf0, 0), fwd_kernels_list.push_back(f);
-        if (op.selective_recompute) add(core_kernels_list, r.kernels_fwd - kf0, 0), core_kernels_list.push_back(f);
+        add(fwd_kernels_list, fwd_launches, 0), fwd_kernels_list.push_back(f);
+        if (op.selective_recompute) add(core_kernels_list, fwd_launches, 0), core_kernels_list.push_back(f);
         bwd_groups.emplace_back();
-        add(bwd_groups.back(), r.kernels_bwd - kb0, 0), bwd_groups.back().push_back(b);
+        add(bwd_groups.back(), bwd_launches, 0), bwd_groups.back().push_back(b);
       }
       r.fwd_exposed += f;
       r.bwd_exposed += b;
@@ -97,15 +97,13 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
       const double fc = comm(op.fwd_comm), bc = comm(op.bwd_comm);
       r.fwd_exposed += fc;
       r.bwd_exposed += bc;
-      r.kernels_fwd += 1;
-      r.kernels_bwd += 1;
       if (host_cost) {
         fwd_kernels_list.push_back(fc);
         if (op.selective_recompute) core_kernels_list.push_back(fc);
         bwd_groups.push_back({bc});
       }
       // A recomputed module's collectives run again with it (Megatron's "moe").
-      if (op.selective_recompute) r.core_fwd += fc, r.kernels_core_fwd += 1;
+      if (op.selective_recompute) r.core_fwd += fc;
       if (after_exposed) r.inner_fwd += since_exposed_fwd, r.inner_bwd += since_exposed_bwd;
       after_exposed = true;
       since_exposed_fwd = since_exposed_bwd = 0;
@@ -117,27 +115,23 @@ LayerTimes layer_times(const graph::Layer& L, const graph::LayerActivations& act
     r.fwd_tp += fwd_tp;
     if (op.selective_recompute) r.core_fwd += fwd_tp;
     const double grad_comm = comm(op.bwd_comm), regather = comm(op.bwd_regather);
-    auto launches = [](const graph::TpComm& cm) { return cm.kind == graph::CommKind::kNone ? 0.0 : 1.0; };
-    const double fwd_kernels =
-        static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kForward).size()) + launches(op.fwd_comm);
-    r.kernels_fwd += fwd_kernels;
-    if (op.selective_recompute) r.kernels_core_fwd += fwd_kernels;
-    const double bwd_kernels =
-        resolved.has_bwd ? static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kBackward).size()) : 0;
-    r.kernels_bwd += bwd_kernels + launches(op.bwd_comm) + launches(op.bwd_regather);
     if (host_cost) {
-      // The op's kernels share its time; each collective is a kernel of its own on the stream.
-      const double fk = fwd_kernels - launches(op.fwd_comm);
+      // The op's kernels (the one kernel list of hardware::op_kernels) share its time; each
+      // collective is a kernel of its own on the stream.
+      auto launches = [](const graph::TpComm& cm) { return cm.kind != graph::CommKind::kNone; };
+      const double fk = static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kForward).size());
+      const double bwd_kernels =
+          resolved.has_bwd ? static_cast<double>(hardware::op_kernels(op, at, d, hardware::Pass::kBackward).size()) : 0;
       add(fwd_kernels_list, fk, t.fwd);
-      if (launches(op.fwd_comm) > 0) fwd_kernels_list.push_back(fwd_tp);
+      if (launches(op.fwd_comm)) fwd_kernels_list.push_back(fwd_tp);
       if (op.selective_recompute) {
         add(core_kernels_list, fk, t.fwd);
-        if (launches(op.fwd_comm) > 0) core_kernels_list.push_back(fwd_tp);
+        if (launches(op.fwd_comm)) core_kernels_list.push_back(fwd_tp);
       }
       bwd_groups.emplace_back();
       add(bwd_groups.back(), bwd_kernels, t.bwd);
-      if (launches(op.bwd_comm) > 0) bwd_groups.back().push_back(grad_comm);
-      if (launches(op.bwd_regather) > 0) bwd_groups.back().push_back(regather);
+      if (launches(op.bwd_comm)) bwd_groups.back().push_back(grad_comm);
+      if (launches(op.bwd_regather)) bwd_groups.back().push_back(regather);
     }
     r.bwd_tp += grad_comm + regather;
     // Megatron's column-parallel linear launches its backward collectives asynchronously: the input

@@ -106,8 +106,6 @@ struct LayerTimes {
   // job keeps FP8 parameters (StageTimer::fp8_params_), gathered as such.
   double fp8_params = 0, fp8_expert_params = 0;
   double saved = 0;                 // activation bytes kept for backward
-  // Kernels the host issues for one pass (each op's kernels and each TP collective).
-  double kernels_fwd = 0, kernels_bwd = 0, kernels_core_fwd = 0;
   // What the GPU waits for the host in a pass: the stream's kernels in order, each launched
   // host_per_kernel_s after the one before and started when both it is launched and the one
   // before has ended (host_stall): the host runs ahead under long kernels and the GPU idles
