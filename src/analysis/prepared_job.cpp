@@ -104,6 +104,7 @@ Result<const Lowering*> PreparedJob::lowering_with(bool sequence_parallel, plan:
   if (it == cache_->lowerings.end()) {
     const auto& t = training();
     auto o = graph::lowering_options(t, sequence_parallel, engine());
+    o.recomputes_selectively = recompute == plan::Recompute::kSelective;
     o.expert_parallel = expert_parallel;
     o.expert_tensor_parallel = expert_tensor_parallel;
     o.one_local_expert = one_local_expert;

@@ -23,6 +23,7 @@ std::vector<JobDifference> differences(const engines::TrainingOverrides& o, cons
   if (o.optimizer) differ("optimizer", std::string(spec::to_string(*o.optimizer)), std::string(spec::to_string(file.optimizer)));
   if (o.dropout) differ("dropout", *o.dropout, file.dropout);
   if (o.compile) differ("compile", *o.compile, file.compile);
+  if (o.compile_loss) differ("compile_loss", *o.compile_loss, file.compiled_loss());
   if (o.fp8_param_gather) differ("fp8_param_gather", *o.fp8_param_gather, file.fp8_param_gather);
   if (o.moe_capacity_factor) differ("moe_capacity_factor", *o.moe_capacity_factor, file.moe_capacity_factor);
   if (o.moe_pad_to_capacity) differ("moe_pad_to_capacity", *o.moe_pad_to_capacity, file.moe_pad_to_capacity);

@@ -123,6 +123,7 @@ std::string stated_training(const engines::TrainingOverrides& t) {
   if (t.optimizer) parts.push_back(fmt::format("optimizer {}", spec::to_string(*t.optimizer)));
   if (t.dropout) parts.push_back(fmt::format("dropout {}", *t.dropout));
   if (t.compile) parts.push_back(fmt::format("compile {}", *t.compile));
+  if (t.compile_loss) parts.push_back(fmt::format("compile_loss {}", *t.compile_loss));
   return join(parts);
 }
 

@@ -153,6 +153,61 @@ struct TeCrossEntropyFn : torch::autograd::Function<TeCrossEntropyFn> {
   }
 };
 
+struct CompiledCrossEntropyFn : torch::autograd::Function<CompiledCrossEntropyFn> {
+  static constexpr int64_t kTile = 64;  // rows per fp32 tile
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor* labels, int64_t op) {
+    Timed t(static_cast<int>(op), forward_phase());
+    ctx->set_materialize_grads(false);
+    const int64_t V = logits.size(-1);
+    const auto l2 = logits.view({-1, V});
+    const int64_t rows = l2.size(0);
+    auto loss = at::empty({rows}, logits.options().dtype(at::kFloat));
+    auto lse = at::empty({rows}, logits.options().dtype(at::kFloat));
+    {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      const auto target = labels->reshape({-1, 1});
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+        const int64_t n = std::min<int64_t>(kTile, rows - r0);
+        const auto x = l2.narrow(0, r0, n).to(at::kFloat);
+        const auto row_lse = at::logsumexp(x, 1);
+        lse.narrow(0, r0, n).copy_(row_lse);
+        loss.narrow(0, r0, n).copy_(row_lse - x.gather(1, target.narrow(0, r0, n)).squeeze(1));
+      }
+    }
+    ctx->save_for_backward({logits, lse});
+    ctx->saved_data["op"] = op;
+    ctx->saved_data["labels"] = as_int(labels);
+    return loss.view({logits.size(0), logits.size(1)});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Timed t(op_of(ctx), Phase::kBackward);
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    auto sv = ctx->get_saved_variables();
+    const auto& logits = sv[0];
+    const auto& lse = sv[1];
+    const auto* labels = saved_ptr<at::Tensor>(ctx, "labels");
+    const int64_t V = logits.size(-1);
+    const auto l2 = logits.view({-1, V});
+    const int64_t rows = l2.size(0);
+    auto grad = at::empty_like(logits);
+    auto g2 = grad.view({-1, V});
+    {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      const auto target = labels->reshape({-1, 1});
+      const auto scale = grads[0].reshape({-1, 1}).to(at::kFloat);
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+        const int64_t n = std::min<int64_t>(kTile, rows - r0);
+        auto x = l2.narrow(0, r0, n).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);  // fp32 logits too
+        x.sub_(lse.narrow(0, r0, n).unsqueeze(1)).exp_();
+        x.scatter_add_(1, target.narrow(0, r0, n), at::full({n, 1}, -1.0, x.options()));
+        x.mul_(scale.narrow(0, r0, n));
+        g2.narrow(0, r0, n).copy_(x);
+      }
+    }
+    return {grad, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor embedding(at::Tensor tokens, const LinearParams& table, int op) {
@@ -167,6 +222,9 @@ at::Tensor cross_entropy(at::Tensor logits, const at::Tensor& labels, int op) {
 }
 at::Tensor te_cross_entropy(at::Tensor logits, const at::Tensor& labels, int op) {
   return TeCrossEntropyFn::apply(logits, &labels, static_cast<int64_t>(op));
+}
+at::Tensor compiled_cross_entropy(at::Tensor logits, const at::Tensor& labels, int op) {
+  return CompiledCrossEntropyFn::apply(logits, &labels, static_cast<int64_t>(op));
 }
 
 }  // namespace ops
@@ -212,6 +270,7 @@ std::vector<std::pair<at::Tensor*, at::Tensor*>> Head::params_and_grads() {
 at::Tensor Head::forward(const at::Tensor& x) {
   ++micro_batch_;
   auto logits = ops::linear(ops::norm(x, norm_, id("final_norm")), lm_head_, id("lm_head"));
+  if (run_.compiled_loss) return ops::compiled_cross_entropy(std::move(logits), labels_, id("loss.cross_entropy"));
   if (run_.cross_entropy_fusion == spec::CrossEntropyFusion::kTe)
     return ops::te_cross_entropy(std::move(logits), labels_, id("loss.cross_entropy"));
   if (dtype_ != at::kFloat) logits = ops::to_fp32(std::move(logits), id("loss.to_fp32"));

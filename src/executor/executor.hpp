@@ -75,6 +75,9 @@ struct BlockRun {
   // The head's loss kernel (training cross_entropy_fusion): kTe runs Transformer Engine's
   // parallel_cross_entropy (no fp32 copy of the logits); kNone and kNative Megatron's.
   spec::CrossEntropyFusion cross_entropy_fusion = spec::CrossEntropyFusion::kNone;
+  // torchtitan's loss under torch.compile (training compile_loss): the fused cross entropy that
+  // keeps the logits, not an fp32 copy (ops::compiled_cross_entropy). Wins over the above.
+  bool compiled_loss = false;
   int micro_batches = 2;  // gradient accumulation before the AdamW step; the last one is measured
   int timing_reps = 0;    // timed forward+backward repetitions after the step, op by op
   // Further timed repetitions of the whole layer with no per-op timing; when > 0 the "block" times

@@ -115,6 +115,11 @@ at::Tensor cross_entropy(at::Tensor logits, const at::Tensor& labels, int op);
 // one-hot target) written into the logits, which it keeps; backward scales them in place.
 // Returns the per-token loss [s, b] (fp32).
 at::Tensor te_cross_entropy(at::Tensor logits, const at::Tensor& labels, int op);
+// torchtitan's cross_entropy_loss(logits.float()) as torch.compile runs it (t = 1): each row's
+// log-sum-exp computed in fp32 tiles (workspace, as Inductor's fused kernel keeps them in
+// registers) and kept with the logits; backward writes the gradient (softmax minus the one-hot
+// target, scaled) as a new tensor in the logits' dtype. Returns the per-token loss [s, b] (fp32).
+at::Tensor compiled_cross_entropy(at::Tensor logits, const at::Tensor& labels, int op);
 
 // Mixture-of-experts ops (moe.cpp), as graph/lower_moe.cpp lowers Megatron-Core's MoELayer on one
 // rank of its expert grid: E experts over ep ranks (E/ep local experts), each 1/etp of its width.

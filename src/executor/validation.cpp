@@ -256,8 +256,16 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
 
   // The peak of one block alone: a one-block stage without embedding or head, one micro-batch.
   MIST_TRY(const analysis::Lowering* lowering, job.lowering(p));
-  const auto& lm = lowering->model;
-  const auto& M = lowering->memory;
+  graph::LoweredModel lm = lowering->model;
+  analysis::StageMemoryModel M = lowering->memory;
+  if (r.compiled_loss) {
+    // The loss as torch.compile runs it under Megatron's head (whose norm the executor runs): only
+    // torchtitan compiles, so the job cannot state it; the same lowering with the loss swapped.
+    auto o = lm.options;
+    o.compiled_loss = true;
+    lm = graph::lower(m, t.seq_length, o);
+    MIST_TRY(M, analysis::build_stage_memory_model(lm, t, p.recompute));
+  }
   sym::Bindings k = lm.dims;
   for (const auto& name : M.inputs)
     if (!k.count(name)) k[name] = 0.0;

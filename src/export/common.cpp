@@ -37,6 +37,7 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (optimizer) base.optimizer = *optimizer;
   if (dropout) base.dropout = *dropout;
   if (compile) base.compile = *compile;
+  if (compile_loss) base.compile_loss = *compile_loss;
   if (fp8_param_gather) base.fp8_param_gather = *fp8_param_gather;
   if (moe_capacity_factor) base.moe_capacity_factor = *moe_capacity_factor;
   if (moe_pad_to_capacity) base.moe_pad_to_capacity = *moe_pad_to_capacity;

@@ -68,6 +68,7 @@ struct TrainingOverrides {
   std::optional<spec::Optimizer> optimizer;
   std::optional<bool> dropout;
   std::optional<bool> compile;
+  std::optional<bool> compile_loss;  // torchtitan's --compile.components holding "loss"
   std::optional<bool> fp8_param_gather;
   std::optional<double> moe_capacity_factor;  // 0: dropless
   std::optional<bool> moe_pad_to_capacity;

@@ -17,7 +17,7 @@ using detail::add;
 // torchtitan @ b5bcd76c: torchtitan/config/configs.py (ParallelismConfig, TrainingConfig), all in
 // the frozen list of tests/unit_tests/test_no_new_cli_options.py; "no_" negates a switch
 // (docs/debugging.md).
-constexpr std::array<FlagSpec, 28> kFlags{{
+constexpr std::array<FlagSpec, 29> kFlags{{
     {"--module", true},  // read before tyro by config/manager.py ConfigManager
     {"--config", true},
     {"--parallelism.data_parallel_replicate_degree", true},
@@ -46,6 +46,7 @@ constexpr std::array<FlagSpec, 28> kFlags{{
     {"--training.disable_cuda_graphs", false},
     {"--compile.enable", false},
     {"--compile.enable_async_tensor_parallel", false},
+    {"--compile.components", true, true},
 }};
 
 // distributed/activation_checkpoint.py: ActivationCheckpointingConfig's tyro subcommands.
@@ -104,6 +105,9 @@ std::vector<Option> torchtitan_options(const spec::ModelSpec& m, const spec::Tra
   add(o, "--training.mixed_precision_param",
       std::string(t.precision == spec::Dtype::kFp32 ? "float32" : "bfloat16"));
   if (p.stages.front().offload.weights > 0) add(o, "--training.enable_cpu_offload");
+  // CompileConfig.components defaults to the model and the loss; an eager loss names the model alone
+  // (before the flags that end its list: the subcommand below would read as one more component).
+  if (t.compile && !t.compiled_loss()) add(o, "--compile.components", std::vector<std::string>{"model"});
   if (t.compile) add(o, "--compile.enable");
   if (p.overlap_tp_comm && p.tp > 1) add(o, "--compile.enable_async_tensor_parallel");  // needs compile (rules)
   add(o, p.stages.front().ckpt_layers > 0              ? "activation-checkpoint:full"
@@ -277,6 +281,20 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   if (f.has("--compile.enable")) out.training.compile = true;
   else if (p.overlap_tp_comm)
     return fail("--compile.enable_async_tensor_parallel", "needs --compile.enable (async TP runs in the compiled model)");
+  if (out.training.compile) out.training.compile_loss = true;  // CompileConfig.components' default
+  if (const auto components = f.words("--compile.components")) {
+    bool model = false, loss = false;
+    for (const auto& c : *components) {
+      if (c == "model") model = true;
+      else if (c == "loss") loss = true;
+      else return fail("--compile.components", fmt::format("lists \"{}\": torchtitan compiles \"model\" and \"loss\"", c));
+    }
+    // Compiled alone, the loss would leave eager blocks under a compiled loss, which mist does not model.
+    if (out.training.compile && !model)
+      return fail("--compile.components", "leaves the model out: mist models torch.compile of the model's blocks, "
+                                          "with or without the loss");
+    if (out.training.compile) out.training.compile_loss = loss;
+  }
   if (auto note = detail::ignored_note(f)) out.notes.push_back(*note);
   p.grad_accumulation_fusion = p.grad_accum_steps == 1;  // PyTorch's AccumulateGrad adds them separately
   p.async_tp_backward = false;                           // DTensor's backward collectives are synchronous

@@ -66,6 +66,9 @@ class LayerBuilder {
   }
 
   const LoweringOptions& o_;
+  // The last column-parallel linear's gathered input (LoweringOptions::sp_keeps_gathered), which
+  // the linears sharing its input keep too; -1: none.
+  int gathered_input = -1;
 
  private:
   Layer layer_;

@@ -192,6 +192,22 @@ struct LoweringOptions {
   // With it, Transformer Engine's parallel_cross_entropy (training cross_entropy_fusion "te"): no fp32
   // copy; the bf16 logits are kept, the gradient written into them in forward.
   bool te_cross_entropy = false;
+  // torch.compile of the loss (training compiled_loss(); torchtitan's compile.components "loss"):
+  // F.cross_entropy(logits.float()) fused by Inductor, no fp32 copy and no log-softmax kept. Wins
+  // over the two above.
+  bool compiled_loss = false;
+  // torchtitan's sequence parallelism (DTensor's): a column-parallel linear's all-gathered input
+  // is what its matmul keeps for backward (and the linears sharing that input keep it too), with
+  // no re-gather in backward; false: Megatron's, which keeps the local shard and gathers it again.
+  // sp_gathers_fp8: torchao's float8 tensor parallelism (Float8ColwiseParallel and
+  // PrepareFloat8ModuleInput, torchtitan's tensorwise float8) casts the input shard to FP8 before
+  // the all-gather, so the gathered and kept copy is one byte an element.
+  // Not under torchtitan's op-level selective checkpointing, whose save list holds no all-gather:
+  // there the gathered input is gathered again in backward, as Megatron's (recomputes_selectively:
+  // the plan recomputes selectively, set where the lowering is built for a plan).
+  bool sp_keeps_gathered = false;
+  bool sp_gathers_fp8 = false;
+  bool recomputes_selectively = false;
   // Eager PyTorch without torch.compile (torchtitan's default): RMSNorm, rotary embedding and SwiGLU
   // run as one kernel per elementwise step, RMSNorm and rotary in fp32, and autograd keeps the
   // steps' inputs.

@@ -70,7 +70,8 @@ void fp8_linear(LayerBuilder& B, Op& op, int x) {
 
 // Column-parallel linear h -> out (out already divided by t): saves its input. Under sequence
 // parallelism the input is all-gathered into a temporary and the saved copy is the local shard
-// (Megatron re-gathers it in backward).
+// (Megatron re-gathers it in backward); under torchtitan's the gathered input itself is kept
+// (LoweringOptions::sp_keeps_gathered).
 // `shares_input`: a second or third linear reading the same input as the one before it
 // (torchtitan's wk and wv after wq, w3 after w1), whose input was gathered (and whose input gradient
 // is reduced) once, by the first one.
@@ -82,6 +83,15 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
   Expr full_in = sb(o) * in_features * w(o);
   if (shares_input) {
     // No collective of its own.
+    if (o.sequence_parallel && B.gathered_input >= 0) op.saved = {B.gathered_input};
+  } else if (o.sequence_parallel && o.sp_keeps_gathered && !o.recomputes_selectively) {
+    const Expr gathered = o.sp_gathers_fp8 && o.fp8 ? sb(o) * in_features : full_in;
+    const int g = B.tensor(name + ".gathered_input", gathered, false);
+    op.outputs.push_back(g);
+    op.saved = {g};
+    B.gathered_input = g;
+    op.fwd_comm = {CommKind::kAllGather, gathered};
+    op.bwd_comm = {CommKind::kReduceScatter, full_in};
   } else if (o.sequence_parallel) {
     op.temporaries.push_back(B.tensor(name + ".gathered_input", full_in, false));
     op.fwd_comm = {CommKind::kAllGather, full_in};
@@ -610,6 +620,22 @@ int lm_loss(LayerBuilder& B, const std::string& name, int xn, const ModelSpec& m
   // LoweredModel::embedding_copy_params instead of here.
   int logits = column_linear(B, name + "lm_head", xn, s.h, s.V / s.t, Expr(0.0), owns_weight && !m.tie_word_embeddings);
   Expr n_logits = sb(o) * s.V / s.t;
+  if (o.compiled_loss) {
+    // torchtitan's cross_entropy_loss under torch.compile: Inductor fuses the fp32 upcast, the
+    // log-softmax and the NLL into one pass over the bf16 logits (each row's log-sum-exp kept, fp32),
+    // and AOTAutograd's partitioner keeps the logits themselves rather than any fp32 tensor; the
+    // backward recomputes the softmax from them and writes the logits' gradient (softmax minus the
+    // one-hot target, scaled) in their dtype, in one pass.
+    int loss = B.tensor(name + "loss.value", sb(o) * 4);
+    int lse = B.tensor(name + "loss.logsumexp", sb(o) * 4, false);
+    Op& ce = B.op(name + "loss.cross_entropy", OpKind::kCrossEntropy, {logits}, {loss, lse}, {logits, lse});
+    ce.fwd_flops = 5 * n_logits;
+    ce.bwd_flops = 2 * n_logits;
+    ce.bytes_read = n_logits * w(o);
+    ce.bytes_written = Expr(0.0);
+    ce.fwd_comm = {CommKind::kAllReduce, sb(o) * 4 * 3};  // max, sum-exp and target logit
+    return loss;
+  }
   if (o.fused_cross_entropy && o.te_cross_entropy) {
     // Transformer Engine's parallel_cross_entropy (a Triton kernel): one pass for the row's max and
     // sum of exponentials, one writing the loss and the gradient (softmax minus the one-hot target)
@@ -649,6 +675,15 @@ int lm_loss(LayerBuilder& B, const std::string& name, int xn, const ModelSpec& m
     int lsm_grad = B.tensor(name + "loss.log_softmax_grad", n_logits * 4, false);
     ce_ptr = &B.op(name + "loss.cross_entropy", OpKind::kCrossEntropy, {loss_in}, {loss, targets, lsm}, {lsm, targets});
     ce_ptr->bwd_temporaries.push_back(lsm_grad);
+    // Under tensor parallelism torchtitan runs it as loss parallel on the vocabulary-sharded logits
+    // (torch/distributed/tensor/parallel/loss.py): the log-softmax decomposed, x − max kept beside
+    // exp(x − max) and then beside the result; the fused NLL and log-softmax backward holds the
+    // one-hot, (one-hot + exp(result)) and its product with the loss gradient at once. One fp32
+    // tensor of the logits' size more in each pass than the single kernels; z = min(1, t − 1) is 1
+    // exactly when t > 1.
+    const Expr z = sym::min(Expr(1.0), s.t - 1);
+    ce_ptr->fwd_temporaries.push_back(B.tensor(name + "loss.parallel_shifted", n_logits * 4 * z, false));
+    ce_ptr->bwd_temporaries.push_back(B.tensor(name + "loss.parallel_one_hot", n_logits * 4 * z, false));
   }
   Op& ce = *ce_ptr;
   ce.fwd_flops = 5 * n_logits;
@@ -762,6 +797,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.mtp_layers = static_cast<int>(training.mtp_layers);
   o.recompute_modules = training.recompute_modules;
   o.te_cross_entropy = training.cross_entropy_fusion == spec::CrossEntropyFusion::kTe;
+  o.compiled_loss = training.compiled_loss();
   // Current scaling (tensorwise, rowwise) computes each operand's amax in a pass before the cast.
   o.fp8_cast_bytes =
       training.fp8 == spec::Fp8Recipe::kTensorwise || training.fp8 == spec::Fp8Recipe::kRowwise ? 6 : 4;
@@ -771,6 +807,8 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
     o.copies_around_attention = true;
     o.sdpa_flash2 = true;
     o.compiled_blocks = training.compile;
+    o.sp_keeps_gathered = true;
+    o.sp_gathers_fp8 = training.fp8 == spec::Fp8Recipe::kTensorwise;
     o.fused_projections = false;
     o.fused_cross_entropy = false;
     o.selective = SelectivePolicy::kSaveOddMatmuls;
@@ -835,7 +873,8 @@ LoweredModel lower(const spec::ModelSpec& m, int64_t seq_length, const LoweringO
   }
   // The LM head stays bf16 (Megatron's output layer is not a TE linear; torchtitan's float8
   // converter skips "output"); lower_head keeps FP8 for its multi-token prediction blocks only.
-  // The head stays eager under torch.compile (multi-token prediction is Megatron-LM's alone).
+  // The head's norm and linear stay eager under torch.compile (torchtitan compiles the blocks and,
+  // apart, the loss: compiled_loss); multi-token prediction is Megatron-LM's alone.
   lm.head = lower_head(m, opts, attention_work(m, seq_length));
   // The engines checkpoint blocks only: the embedding and the head keep what they save.
   mark_selective_recompute(lm.embedding, SelectivePolicy::kAttentionCore, opts.recompute_modules);

@@ -47,7 +47,7 @@ Fp8Recipe parse_recipe(const std::string& s) {
 Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) {
   MIST_TRY(JsonFields f, JsonFields::of(j, what));
   MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "fp8_recipe", "optimizer",
-                                    "flash_attention", "dropout", "grad_dtype", "compile",
+                                    "flash_attention", "dropout", "grad_dtype", "compile", "compile_loss",
                                     "fp8_param_gather", "moe_load_imbalance", "moe_capacity_factor",
                                     "moe_pad_to_capacity", "moe_token_dispatcher", "mtp_layers",
                                     "recompute_modules", "cross_entropy_fusion"}));
@@ -93,6 +93,14 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_TRY(t.flash_attention, f.boolean_or("flash_attention", true));
   MIST_TRY(t.dropout, f.boolean_or("dropout", false));
   MIST_TRY(t.compile, f.boolean_or("compile", false));
+  if (f.has("compile_loss")) {
+    MIST_TRY(bool loss, f.boolean_or("compile_loss", true));
+    if (loss && !t.compile)
+      return fail(f.field_path("compile_loss"),
+                  "compiles the loss with torch.compile, which needs \"compile\": true (torchtitan compiles its "
+                  "components only under compile.enable)");
+    if (t.compile) t.compile_loss = loss;  // false without compile says nothing more
+  }
   t.precision = parse_dtype(precision);  // fp8: bf16 outside the linears' GEMMs
   if (precision == "fp8") t.fp8 = parse_recipe(recipe);
   t.grad_dtype = parse_dtype(grad);
@@ -121,6 +129,7 @@ Json training_to_json(const TrainingSpec& t) {
          {"flash_attention", t.flash_attention},
          {"dropout", t.dropout},
          {"compile", t.compile}};
+  if (t.compile && t.compile_loss) j["compile_loss"] = *t.compile_loss;
   if (t.fp8_training()) j["fp8_recipe"] = to_string(t.fp8);
   if (t.fp8_param_gather) j["fp8_param_gather"] = true;
   if (t.moe_load_imbalance != 1.0) j["moe_load_imbalance"] = t.moe_load_imbalance;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,11 @@ struct TrainingSpec {
   bool flash_attention = true;
   bool dropout = false;
   bool compile = false;  // torch.compile of the model's blocks (torchtitan's compile.enable)
+  // torch.compile of the loss too (torchtitan's compile.components holding "loss", its default
+  // since 2025-04: b5bcd76c's CompileConfig). Unset: as `compile`. false: the loss runs eager, as
+  // torchtitan did before (9dec370, 2024-12, left it commented out). compiled_loss() is the rule.
+  std::optional<bool> compile_loss;
+  bool compiled_loss() const { return compile && compile_loss.value_or(true); }
   // "precision": "fp8": the linears' GEMMs run in FP8 with this recipe, everything else as bf16
   // (precision is then kBf16). kNone: no FP8.
   Fp8Recipe fp8 = Fp8Recipe::kNone;

@@ -143,35 +143,54 @@ TEST(Executor, RecomputeModuleMlpMatchesTheModel) {
     }
 }
 
-// Transformer Engine's fused cross entropy (training cross_entropy_fusion "te", 2026-12-07): no
-// fp32 copy of the logits; the bf16 logits, holding the gradient, are what the head keeps. Measured
-// byte for byte against the model, the same loss and gradients as Megatron's kernel, and what it
-// saves: the head keeps V·s·b·2 bytes where Megatron's keeps V·s·b·4 plus the target ids and mask.
-TEST(Executor, TransformerEnginesCrossEntropyMatchesTheModel) {
+// A head whose loss kernel `fuse` sets on the run, measured byte for byte against the model, with
+// the loss and gradients of Megatron's kernel (and finite differences); it keeps
+// `kept_less(n, V, w)` bytes fewer than Megatron's (n tokens, V vocabulary, w bytes an element).
+template <class Fuse, class KeptLess>
+void expect_loss_kernel_matches(Fuse fuse, KeptLess kept_less) {
   for (Dtype dt : {Dtype::kBf16, Dtype::kFp32}) {
     auto r = layer(graph::LayerKind::kHead, model("llama", 128, 4, 2), dt);
     auto megatron = measure_block(r);
-    r.cross_entropy_fusion = spec::CrossEntropyFusion::kTe;
+    fuse(r);
     auto m = measure_block(r);
     auto p = predict_block(r);
-    ASSERT_TRUE(m && p && megatron);
+    ASSERT_TRUE(megatron) << megatron.error().to_string();
+    ASSERT_TRUE(m) << m.error().to_string();
+    ASSERT_TRUE(p) << p.error().to_string();
     SCOPED_TRACE(spec::to_string(dt));
     EXPECT_EQ(m->saved_bytes, p->saved);
     EXPECT_EQ(m->forward_peak_bytes, p->forward_peak);
     EXPECT_EQ(m->backward_peak_bytes, p->backward_peak);
     EXPECT_EQ(m->peak_bytes(), p->peak);
     const int64_t n = r.seq_length * r.micro_batch, V = r.model.vocab_size, w = spec::dtype_bytes(dt);
-    EXPECT_EQ(megatron->saved_bytes - m->saved_bytes, n * V * (4 - w) + n * 9);
+    EXPECT_EQ(megatron->saved_bytes - m->saved_bytes, kept_less(n, V, w));
     EXPECT_NEAR(m->output_sumsq, megatron->output_sumsq, 1e-3 * megatron->output_sumsq);
     EXPECT_NEAR(m->input_grad_sumsq, megatron->input_grad_sumsq, 2e-2 * megatron->input_grad_sumsq);
   }
   auto r = run(model("llama", 64, 4, 2), 32, 2, Dtype::kFp32, CM::kNone, true);
   r.layer = graph::LayerKind::kHead;
-  r.cross_entropy_fusion = spec::CrossEntropyFusion::kTe;
+  fuse(r);
   auto c = check_gradients(r);
   ASSERT_TRUE(c) << c.error().to_string();
   EXPECT_LT(c->input_error(), 2e-2);
   EXPECT_LT(c->weights_error(), 2e-2);
+}
+
+// Transformer Engine's fused cross entropy (training cross_entropy_fusion "te", 2026-12-07): no
+// fp32 copy of the logits; the bf16 logits, holding the gradient, are what the head keeps: V·s·b·2
+// bytes where Megatron's keeps V·s·b·4 plus the target ids and mask.
+TEST(Executor, TransformerEnginesCrossEntropyMatchesTheModel) {
+  expect_loss_kernel_matches([](BlockRun& r) { r.cross_entropy_fusion = spec::CrossEntropyFusion::kTe; },
+                             [](int64_t n, int64_t V, int64_t w) { return n * V * (4 - w) + n * 9; });
+}
+
+// torchtitan's loss under torch.compile (training compile_loss, 2026-12-07): Inductor's fused
+// cross entropy keeps the logits in their dtype and each row's fp32 log-sum-exp, where Megatron's
+// keeps an fp32 copy of the logits with the target ids and mask; its backward writes a new
+// gradient.
+TEST(Executor, CompiledLossMatchesTheModel) {
+  expect_loss_kernel_matches([](BlockRun& r) { r.compiled_loss = true; },
+                             [](int64_t n, int64_t V, int64_t w) { return n * V * (4 - w) + n * 9 - n * 4; });
 }
 
 TEST(Executor, GradientsMatchFiniteDifferences) {

@@ -207,5 +207,37 @@ TEST(Launch, TorchtitanCompileAndAsyncTensorParallel) {
   EXPECT_EQ(no_compile.error().path, "--compile.enable_async_tensor_parallel");
 }
 
+// torchtitan compiles the loss with the model unless --compile.components leaves it out
+// (training.compile_loss): the export names the model alone for an eager loss, the import reads
+// the list back, and a list without the model, or with a component torchtitan lacks, is refused.
+TEST(Launch, TorchtitanCompiledLossRoundTrips) {
+  const auto m = model("llama3-8b");
+  const auto c = cluster(1, 8, "H100-SXM5-80GB");
+  auto t = training(16, 4096);
+  t.compile = true;
+  const auto p = testing::plan(8, 1, {32}, 1, 2, /*zero=*/3);
+  const auto both = exported(Engine::kTorchtitan, m, c, t, p);
+  EXPECT_FALSE(value(both, "--compile.components"));  // the default: model and loss
+  auto back = import_torchtitan_overrides(render_options(both.options), m, c);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->training.compile_loss, true);
+  EXPECT_TRUE(back->training.applied_to(t).compiled_loss());
+
+  t.compile_loss = false;
+  const auto model_only = exported(Engine::kTorchtitan, m, c, t, p);
+  ASSERT_TRUE(value(model_only, "--compile.components"));
+  EXPECT_EQ(*value(model_only, "--compile.components"), "model");
+  back = import_torchtitan_overrides(render_options(model_only.options), m, c);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->training.compile_loss, false);
+  EXPECT_FALSE(back->training.applied_to(training(16, 4096)).compiled_loss());
+
+  for (const char* bad : {"--compile.enable --compile.components loss", "--compile.enable --compile.components model optimizer"}) {
+    auto r = import_torchtitan_overrides(bad, m, c);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().path, "--compile.components");
+  }
+}
+
 }  // namespace
 }  // namespace mist::engines

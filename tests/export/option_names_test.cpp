@@ -113,7 +113,8 @@ const std::set<std::string> kTorchtitanNames{
     "--parallelism.module_fqns_per_model_part", "--training.num_tokens_per_microbatch_per_dp_rank",
     "--training.num_tokens_per_train_step", "--training.max_context_length", "--training.mixed_precision_param",
     "--training.dtype", "--training.enable_cpu_offload", "--training.no_enable_cpu_offload", "--compile.enable",
-    "--compile.enable_async_tensor_parallel", "activation-checkpoint:none", "activation-checkpoint:full",
+    "--compile.enable_async_tensor_parallel", "--compile.components", "activation-checkpoint:none",
+    "activation-checkpoint:full",
     "activation-checkpoint:selective", "activation-checkpoint:memory-budget"};
 
 std::set<std::string> names(std::span<const FlagSpec> specs) {

@@ -25,6 +25,19 @@ LoweringOptions options(bool sp, bool flash, bool dropout = false) {
   return o;
 }
 
+// Llama 3 8B in bf16 at sequence length `seq`, with its lowering's training settings.
+struct Llama8b {
+  spec::ModelSpec m = *spec::catalog_model("llama3-8b");
+  spec::TrainingSpec t;
+  explicit Llama8b(int64_t seq) {
+    t.precision = spec::Dtype::kBf16;
+    t.seq_length = seq;
+  }
+  LoweredModel lowered(bool sp = false) const {
+    return lower(m, t.seq_length, lowering_options(t, sp, spec::Engine::kTorchtitan));
+  }
+};
+
 const char* kModels[] = {"gpt3-1.3b", "gpt3-175b", "llama2-70b", "llama3-8b", "falcon-7b", "falcon-40b"};
 
 // The lowering's parameters add up to the model's own count, for every family; with tensor
@@ -148,6 +161,74 @@ TEST(Lowering, GqaKeepsOnlyKvHeadsWithFlash) {
   EXPECT_GT(saved(false) - flash, 2.0 * m.num_heads / 8 * s * s);  // at least the fp16 probabilities
 }
 
+// torchtitan's loss under torch.compile (training compile_loss, its default since 2025): the bf16
+// logits and each row's log-sum-exp kept, where the eager loss keeps the fp32 log-softmax and the
+// targets; no fp32 copy, log-softmax or its gradient at the backward's peak.
+TEST(Lowering, TorchtitanCompiledLossKeepsTheLogits) {
+  Llama8b j(8192);
+  j.t.compile = true;
+  const auto compiled = j.lowered();
+  j.t.compile_loss = false;
+  const auto eager = j.lowered();
+  sym::Bindings b = compiled.dims;
+  b["b"] = 2;
+  b["t"] = 1;
+  const double sb = 8192 * 2, n = sb * 128256;
+  const auto c = analyze_activations(compiled.head, compiled.dims), e = analyze_activations(eager.head, eager.dims);
+  EXPECT_DOUBLE_EQ(eval(e.saved, b) - eval(c.saved, b), (4 * n + 9 * sb) - (2 * n + 4 * sb));
+  EXPECT_GE(eval(e.bwd_peak, b) - eval(c.bwd_peak, b), 2 * 4 * n);
+  EXPECT_GE(eval(e.fwd_peak, b) - eval(c.fwd_peak, b), 4 * n);
+}
+
+// DTensor's sequence parallelism (torchtitan): each column-parallel group's gathered input is what
+// its matmuls keep, where Megatron keeps the shard and gathers it again in backward; torchao's
+// float8 TP gathers it in FP8; under the op-level selective policy the gather is recomputed as
+// Megatron's is. Loss parallelism adds one fp32 logits-sized tensor to each pass of the loss.
+TEST(Lowering, TorchtitanSequenceParallelKeepsTheGatheredInput) {
+  Llama8b j(4096);
+  const auto tt = j.lowered(true);
+  auto mo = lowering_options(j.t, true, spec::Engine::kTorchtitan);
+  mo.sp_keeps_gathered = false;
+  const auto shard = lower(j.m, j.t.seq_length, mo);
+  mo.sp_keeps_gathered = true;
+  mo.recomputes_selectively = true;
+  const auto sac = lower(j.m, j.t.seq_length, mo);
+  j.t.fp8 = spec::Fp8Recipe::kTensorwise;
+  const auto fp8 = j.lowered(true);
+  sym::Bindings b = tt.dims;
+  b["b"] = 1;
+  b["t"] = 8;
+  const double sbh = 4096.0 * 4096;
+  auto saved = [&](const LoweredModel& lm) { return eval(analyze_activations(lm.block, lm.dims).saved, b); };
+  // Two groups (wq, wk, wv; w1, w3): the whole gathered input kept instead of the shard.
+  EXPECT_DOUBLE_EQ(saved(tt) - saved(shard), 2 * (2 * sbh - 2 * sbh / 8));
+  EXPECT_DOUBLE_EQ(saved(sac), saved(shard));
+  EXPECT_DOUBLE_EQ(saved(tt) - saved(fp8), 2 * sbh);  // one byte an element instead of two
+  auto regathers = [](const LoweredModel& lm) {
+    return std::ranges::count_if(lm.block.ops, [](const Op& op) { return op.bwd_regather.kind != CommKind::kNone; });
+  };
+  EXPECT_EQ(regathers(tt), 0);
+  EXPECT_EQ(regathers(sac), 2);
+  EXPECT_EQ(regathers(shard), 2);
+  // Loss parallelism: the head's forward and backward each hold one more fp32 tensor of the
+  // rank's logits when t > 1.
+  const double n = 4096.0 * 128256;
+  bool shifted = false, one_hot = false;
+  for (const auto& op : tt.head.ops)
+    if (op.name == "loss.cross_entropy") {
+      for (int i : op.fwd_temporaries)
+        if (tt.head.tensors[i].name == "loss.parallel_shifted") {
+          b["t"] = 1;
+          EXPECT_DOUBLE_EQ(eval(tt.head.tensors[i].bytes, b), 0);
+          b["t"] = 8;
+          EXPECT_DOUBLE_EQ(eval(tt.head.tensors[i].bytes, b), 4 * n / 8);
+          shifted = true;
+        }
+      for (int i : op.bwd_temporaries) one_hot |= tt.head.tensors[i].name == "loss.parallel_one_hot";
+    }
+  EXPECT_TRUE(shifted && one_hot);
+}
+
 }  // namespace
 }  // namespace mist::graph
 
@@ -194,13 +275,10 @@ TEST(Lowering, TorchtitanSelectivePolicyKeepsEveryOtherMatmul) {
 // keeps of the policy's outputs only those the backward reads: w2's output feeds the residual sum
 // alone, whose backward reads nothing, so a compiled block drops it. The head stays eager.
 TEST(Lowering, CompiledTorchtitanBlocksFuseAndKeepWhatTheBackwardReads) {
-  const auto m = *spec::catalog_model("llama3-8b");
-  spec::TrainingSpec t;
-  t.precision = spec::Dtype::kBf16;
-  t.seq_length = 8192;
-  const auto eager = lower(m, t.seq_length, lowering_options(t, false, spec::Engine::kTorchtitan));
-  t.compile = true;
-  const auto compiled = lower(m, t.seq_length, lowering_options(t, false, spec::Engine::kTorchtitan));
+  Llama8b j(8192);
+  const auto eager = j.lowered();
+  j.t.compile = true;
+  const auto compiled = j.lowered();
   EXPECT_TRUE(compiled.block.compiled);
   EXPECT_FALSE(eager.block.compiled);
   for (const auto& op : compiled.block.ops)  // repeat_kv copies k and v: two tensors, two kernels

@@ -42,6 +42,8 @@ Job job_of(const Row& r, bool compile = false) {
   j.training.flash_attention = true;
   j.training.dropout = false;
   j.training.compile = compile;
+  // torchtitan 9dec370 (the rows' commit, 2024-12) left the loss's torch.compile commented out.
+  if (compile) j.training.compile_loss = false;
   j.plan = plan::uniform_plan(j.model, r.gpus, 1, 1, r.local_batch, 1,
                               {.num_layers = 0, .zero = 3, .ckpt_layers = 0, .offload = {}});
   j.plan.recompute = plan::Recompute::kSelective;  // torchtitan's op-level policy

@@ -126,6 +126,24 @@ TEST(Training, Fp8PrecisionWithRecipe) {
   EXPECT_EQ(dtype_bytes(Dtype::kFp8), 1);
 }
 
+// "compile_loss": torchtitan's compile.components holding "loss"; left out, the loss is compiled
+// with the blocks (torchtitan's default); it needs "compile".
+TEST(Training, CompileLoss) {
+  auto t = training(R"({"global_batch_size": 8, "seq_length": 128, "compile": true})");
+  ASSERT_TRUE(t.has_value()) << t.error().to_string();
+  EXPECT_TRUE(t->compiled_loss());
+  EXPECT_FALSE(training_to_json(*t).contains("compile_loss"));
+  auto eager_loss = training(R"({"global_batch_size": 8, "seq_length": 128, "compile": true, "compile_loss": false})");
+  ASSERT_TRUE(eager_loss.has_value()) << eager_loss.error().to_string();
+  EXPECT_FALSE(eager_loss->compiled_loss());
+  EXPECT_EQ(*training_from_json(training_to_json(*eager_loss), "training"), *eager_loss);
+  auto none = training(R"({"global_batch_size": 8, "seq_length": 128, "compile_loss": false})");
+  ASSERT_TRUE(none.has_value()) << none.error().to_string();
+  EXPECT_FALSE(none->compiled_loss());
+  expect_error(training(R"({"global_batch_size": 8, "seq_length": 128, "compile_loss": true})"),
+               "training.compile_loss", "\"compile\": true");
+}
+
 TEST(Training, LoadFromFile) {
   const auto file = std::filesystem::temp_directory_path() / ("mist_spec_test_training-" + std::to_string(::getpid()) + ".json");
   std::ofstream(file) << R"({"global_batch_size": 128, "seq_length": 2048, "precision": "fp16"})";

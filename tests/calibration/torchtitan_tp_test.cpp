@@ -1,0 +1,86 @@
+// torchtitan's published runs with tensor parallelism (Llama 3.1 70B and 8B on H100) and with FSDP on
+// H200 (data/published/torchtitan_tp_fsdp_h100_h200.json), through the default path: --engine
+// torchtitan, no constants file. No fit has seen them. What they check: DTensor's sequence
+// parallelism (the gathered input kept, torchao's float8 TP gathering in FP8), loss parallelism's
+// decomposed cross entropy, and the loss under torch.compile (torchtitan compiles it since 2025).
+#include <algorithm>
+#include <cstdio>
+#include <cmath>
+#include <optional>
+
+#include <gtest/gtest.h>
+
+#include "calibration/published_runs.hpp"
+#include "core/json_fields.hpp"
+#include "job/prepare.hpp"
+
+namespace mist::calibration {
+namespace {
+
+const std::string kFile = std::string(MIST_SOURCE_DIR) + "/data/published/torchtitan_tp_fsdp_h100_h200.json";
+
+struct Scored {
+  std::string name;
+  double tps_error = 0;                  // predicted / measured tokens/s per GPU - 1
+  std::optional<double> memory_error;    // predicted / measured reserved peak - 1, where published
+};
+
+std::string fmt_percent(double e) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.1f%%", 100 * e);
+  return b;
+}
+
+std::vector<Scored> scored() {
+  auto runs = load_published_runs(kFile);
+  EXPECT_TRUE(runs.has_value()) << runs.error().to_string();
+  const auto raw = read_json_file(kFile);
+  EXPECT_TRUE(raw.has_value());
+  std::vector<Scored> out;
+  if (!runs || !raw) return out;
+  EXPECT_EQ(runs->engine, spec::Engine::kTorchtitan);
+  for (size_t i = 0; i < runs->runs.size(); ++i) {
+    const auto& r = runs->runs[i];
+    auto p = job::predict(r.job, {.engine = spec::Engine::kTorchtitan});
+    EXPECT_TRUE(p.has_value()) << r.name << ": " << p.error().to_string();
+    if (!p) continue;
+    Scored s{r.name, r.iteration_time_s / p->time.iteration_time_s - 1, std::nullopt};
+    const Json& reported = raw->at("runs").at(i).at("reported");
+    if (reported.contains("memory_gib")) {
+      double reserved = 0;
+      for (const auto& st : p->memory.stages) reserved = std::max(reserved, st.reserved_bytes);
+      s.memory_error = reserved / (1024.0 * 1024 * 1024) / reported.at("memory_gib").get<double>() - 1;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(TorchtitanPublished, TensorParallelAndH200Runs) {
+  const auto runs = scored();
+  ASSERT_EQ(runs.size(), 8u);
+  double sum = 0;
+  int memory_rows = 0;
+  for (const auto& r : runs) {
+    SCOPED_TRACE(r.name);
+    sum += std::fabs(r.tps_error);
+    // 2026-12-07, as tokens/s: −9.9% (70B float8 of 2024-12) to +4.5% (8B bf16 with TP); before
+    // DTensor's sequence parallelism was told apart from Megatron's, the 70B TP runs were 6-17%
+    // slow in mist.
+    EXPECT_LT(std::fabs(r.tps_error), 0.11);
+    if (!r.memory_error) continue;
+    ++memory_rows;
+    // 2026-12-07: H200 −1.0% and −2.5% (+40% with the loss eager, as mist had torchtitan's loss
+    // before); 70B TP −9.0% and −3.2% (−23% and −18% before loss parallelism's temporaries and the
+    // kept gathered inputs).
+    EXPECT_LT(std::fabs(*r.memory_error), r.name.find("H200") != std::string::npos ? 0.05 : 0.10);
+  }
+  for (const auto& r : runs)
+    std::printf("| %s | %+.1f%% | %s |\n", r.name.c_str(), 100 * r.tps_error,
+                r.memory_error ? fmt_percent(*r.memory_error).c_str() : "");
+  EXPECT_EQ(memory_rows, 4);
+  EXPECT_LE(sum / static_cast<double>(runs.size()), 0.065);  // 5.8% (2026-12-07)
+}
+
+}  // namespace
+}  // namespace mist::calibration
