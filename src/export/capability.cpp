@@ -346,23 +346,35 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
     w.p.cp_comm = cp.nearest;
     w.p.cp_a2a = 1;
   }
+  // Under PP, torch.distributed.pipelining runs every micro-batch's backward without FSDP's gradient
+  // sync or resharding (stage.py backward_maybe_with_nosync), and torchtitan does not reshard after
+  // forward (fsdp.py, the default policy): each rank keeps its stage's whole weights, and its whole
+  // gradients in fp32 (FSDP2 accumulates in the reduce dtype), until the last micro-batch
+  // reduce-scatters them: ZeRO-1's memory and traffic.
+  const bool pp = w.p.pp > 1 && w.p.dp * w.p.cp > 1;  // pipeline stages FSDP shards
   if (w.p.cp > 1 && w.p.stages[0].zero == 0)
-    set_zero(w, 2, "torchtitan applies FSDP whenever context parallelism is on, sharding over dp_shard·cp "
-                   "(parallel_dims.fsdp_enabled)");
-  if (w.p.stages[0].zero == 1)
+    set_zero(w, pp ? 1 : 2, "torchtitan applies FSDP whenever context parallelism is on, sharding over dp_shard·cp "
+                            "(parallel_dims.fsdp_enabled)");
+  if (!pp && w.p.stages[0].zero == 1)
     set_zero(w, 2, "torchtitan's FSDP2 has no optimizer-only sharding; without resharding after forward it "
                    "shards gradients and optimizer states like ZeRO-2");
+  if (pp && w.p.stages[0].zero >= 2)
+    set_zero(w, 1, "under pipeline parallelism torchtitan's FSDP2 keeps each stage's whole weights and "
+                   "accumulates its whole gradients in fp32 until the last micro-batch (the pipeline schedule "
+                   "turns FSDP's gradient sync off before then): ZeRO-1");
   bool any = false, whole = true;
   for (const auto& s : w.p.stages) {
     const auto& o = s.offload;
     any |= o.weights > 0 || o.gradients > 0 || o.optimizer_states > 0;
     whole &= o.weights == 1 && o.gradients == 1 && o.optimizer_states == 1;
   }
-  if (any && whole && w.p.dp > 1) {
+  if (any && whole && w.p.dp > 1 && w.p.pp == 1) {
     set_zero(w, 3, "torchtitan's CPU offload runs inside FSDP (training.enable_cpu_offload)");
   } else if (any) {
-    const std::string why = "torchtitan offloads weights, gradients and optimizer states together, all or none, "
-                            "inside FSDP over dp > 1 (training.enable_cpu_offload)";
+    const std::string why = w.p.pp > 1 ? "torchtitan's CPU offload runs inside FSDP, which under pipeline parallelism keeps "
+                                 "each stage's whole weights and gradients on the GPU"
+                               : "torchtitan offloads weights, gradients and optimizer states together, all or none, "
+                                 "inside FSDP over dp > 1 (training.enable_cpu_offload)";
     drop_offload(w, &Offload::weights, "weights", why);
     drop_offload(w, &Offload::gradients, "gradients", why);
     drop_offload(w, &Offload::optimizer_states, "optimizer_states", why);

@@ -13,7 +13,7 @@ namespace {
 constexpr EngineCaps kMegatronCaps{
     .engine = Engine::kMegatron,
     .zero_levels = {true, true, true, true},
-    .max_zero_with_pp = 3,
+    .zero_levels_with_pp = {true, true, true, true},
     .per_stage_zero = false,
     .virtual_stages = true,
     .split = SplitSupport::kAny,
@@ -47,7 +47,7 @@ constexpr EngineCaps kMegatronCaps{
 constexpr EngineCaps kDeepSpeedCaps{
     .engine = Engine::kDeepSpeed,
     .zero_levels = {true, true, true, true},
-    .max_zero_with_pp = 1,
+    .zero_levels_with_pp = {true, true, false, false},
     .per_stage_zero = false,
     .virtual_stages = false,
     .split = SplitSupport::kDeepSpeedBalanced,
@@ -78,7 +78,9 @@ constexpr EngineCaps kDeepSpeedCaps{
 constexpr EngineCaps kTorchtitanCaps{
     .engine = Engine::kTorchtitan,
     .zero_levels = {true, false, true, true},
-    .max_zero_with_pp = 3,
+    // Under PP each rank keeps its stage's whole weights and gradients until the last micro-batch
+    // (torchtitan_rules in capability.cpp): ZeRO-1's memory and traffic.
+    .zero_levels_with_pp = {true, true, false, false},
     .per_stage_zero = false,
     .virtual_stages = true,
     .split = SplitSupport::kTorchtitanAuto,

@@ -74,7 +74,7 @@ struct CpCaps {
 struct EngineCaps {
   Engine engine;
   std::array<bool, 4> zero_levels;  // ZeRO levels the engine implements
-  int max_zero_with_pp;             // highest ZeRO level usable with pp > 1
+  std::array<bool, 4> zero_levels_with_pp;  // those usable with pp > 1
   bool per_stage_zero;              // a different ZeRO level per stage
   bool virtual_stages;              // interleaved schedule (virtual_pipeline_stages > 1)
   SplitSupport split;

@@ -80,7 +80,8 @@ std::vector<Option> torchtitan_options(const spec::ModelSpec& m, const spec::Tra
   const int zero = p.stages.front().zero;
   add(o, "--parallelism.data_parallel_replicate_degree", zero == 0 ? p.dp : int64_t{1});
   add(o, "--parallelism.data_parallel_shard_degree", zero == 0 ? int64_t{1} : p.dp);
-  if (zero >= 2) add(o, "--parallelism.fsdp_reshard_after_forward", std::string(zero == 3 ? "always" : "never"));
+  // ZeRO-1 is FSDP under pipeline parallelism without resharding (capability.cpp, torchtitan_rules).
+  if (zero >= 1) add(o, "--parallelism.fsdp_reshard_after_forward", std::string(zero == 3 ? "always" : "never"));
   add(o, "--parallelism.tensor_parallel_degree", p.tp);
   add(o, p.sequence_parallel ? "--parallelism.enable_sequence_parallel" : "--parallelism.no_enable_sequence_parallel");
   add(o, "--parallelism.pipeline_parallel_degree", p.pp);
@@ -201,6 +202,15 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   int zero = 0;
   if (shard_group > 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : (p.pp > 1 ? 2 : 3);  // fsdp.py
   else if (r == 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : 0;
+  if (p.pp > 1 && zero >= 2 && shard_group > 1) {
+    // The pipeline schedule defers FSDP's gradient sync to the last micro-batch and does not reshard
+    // after backward (capability.cpp, torchtitan_rules): ZeRO-1.
+    if (reshard == "always")
+      out.notes.push_back("--parallelism.fsdp_reshard_after_forward always under pipeline parallelism: read as "
+                          "ZeRO-1 (the pipeline schedule keeps the whole gradients until the last micro-batch); "
+                          "the weights' re-gathers after each forward are not modelled");
+    zero = 1;
+  }
 
   // Batch by tokens.
   MIST_TRY(auto context, f.integer("--training.max_context_length", 1, int64_t{1} << 30));

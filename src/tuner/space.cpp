@@ -79,12 +79,14 @@ SearchSpace engine_space(engines::Engine e) {
       s.recompute = {plan::Recompute::kNone};
       // The pipeline engine partitions the blocks itself and runs ZeRO 0 or 1 only.
       s.split_rule = SplitRule::kDeepSpeedPartition;
-      s.max_zero_with_pp = engines::engine_caps(e).max_zero_with_pp;
+      s.zero_with_pp = engines::engine_caps(e).zero_levels_with_pp;
       break;
     case Engine::kTorchtitan:
       // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward), with all its state on the CPU
       // or none; activation checkpointing none, selective or full.
-      s.zero = {0, 2, 3};
+      s.zero = {0, 1, 2, 3};
+      s.zero_alone = engines::engine_caps(e).zero_levels;
+      s.zero_with_pp = engines::engine_caps(e).zero_levels_with_pp;
       s.split_rule = SplitRule::kTorchtitanGenerated;
       s.weight_offload = s.grad_offload = s.opt_offload = {0, 1};
       s.ckpt_all_or_nothing = true;
@@ -197,7 +199,7 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
 std::vector<int> zero_choices(const SearchSpace& space, int64_t dp, int64_t pp) {
   std::vector<int> out;
   for (int z : space.zero)
-    if ((z == 0 || dp > 1) && (pp == 1 || z <= space.max_zero_with_pp))  // nothing to shard without dp
+    if ((z == 0 || dp > 1) && (pp == 1 ? space.zero_alone : space.zero_with_pp)[static_cast<size_t>(z)])  // nothing to shard without dp
       out.push_back(z);
   return out;
 }

@@ -3,6 +3,7 @@
 // baselines, which are restrictions of the same space).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,7 +70,10 @@ struct SearchSpace {
   bool uniform_stage_settings = false;  // every stage uses the same zero/ckpt/offload (Megatron)
   bool uniform_split = false;           // layers split as evenly as possible
   SplitRule split_rule = SplitRule::kEven;  // splits of a uniform_stage_settings search
-  int max_zero_with_pp = 3;             // highest ZeRO level tried with pp > 1 (DeepSpeed's pipeline: 1)
+  // ZeRO levels tried with pp == 1 and with pp > 1 (DeepSpeed's pipeline: 0 and 1; torchtitan: 0,
+  // 2, 3 alone, 0 and 1 under PP).
+  std::array<bool, 4> zero_alone = {true, true, true, true};
+  std::array<bool, 4> zero_with_pp = {true, true, true, true};
   int layer_slack = 2;                  // stage layer counts within round(L/pp) ± slack (as Mist)
   int pareto_points = 30;               // (T, D) points kept per stage position and layer count
 };
@@ -112,7 +116,7 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
 std::vector<plan::StagePlan> stage_settings(const SearchSpace& space, int64_t layers, int64_t dp, int64_t pp = 1);
 
 // The pieces stage_settings combines, for searches that walk the grid themselves: ZeRO levels
-// that apply under `dp` and `pp` (max_zero_with_pp), recomputed-block counts (ascending), and the
+// that apply under `dp` and `pp` (zero_alone, zero_with_pp), recomputed-block counts (ascending), and the
 // pairing rules of weight and gradient offload.
 std::vector<int> zero_choices(const SearchSpace& space, int64_t dp, int64_t pp = 1);
 std::vector<int64_t> ckpt_choices(const SearchSpace& space, int64_t layers);

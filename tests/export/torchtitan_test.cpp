@@ -1,4 +1,6 @@
 // torchtitan: exact overrides for a set of plans, its generated pipeline split, refusals.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "export/splits.hpp"
@@ -74,7 +76,7 @@ TEST(Torchtitan, ReplicatedPipelineWithEvenAndDefaultSplits) {
 }
 
 TEST(Torchtitan, InterleavedScheduleAndAsyncTensorParallel) {
-  auto p = testing::plan(2, 4, {20, 20}, 2, 128, /*zero=*/2);
+  auto p = testing::plan(2, 4, {20, 20}, 2, 128, /*zero=*/1);
   p.virtual_pipeline_stages = 2;
   p.sequence_parallel = p.overlap_tp_comm = true;
   p.grad_accumulation_fusion = p.async_tp_backward = false;
@@ -133,18 +135,52 @@ TEST(Torchtitan, RefusesWhatItCannotRun) {
   EXPECT_FALSE(expressible(p, Engine::kTorchtitan, &why, &t));
   std::vector<std::string> paths;
   for (const auto& e : why) paths.push_back(e.path);
-  EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].zero", "plan.stages[0].offload.optimizer_states",
+  EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].offload.optimizer_states",
                                              "plan.overlap_grad_reduce", "plan.grad_accumulation_fusion",
                                              "plan.async_tp_backward", "plan.stages[0].ckpt_layers",
                                              "plan.recompute"}));  // full everywhere, so selective goes
   const auto n = nearest_expressible(p, Engine::kTorchtitan, &t).plan;
-  EXPECT_EQ(n.stages[0].zero, 2);
+  EXPECT_EQ(n.stages[0].zero, 1);  // FSDP under PP (the test below)
   EXPECT_EQ(n.stages[1].ckpt_layers, 20);
   // fp16 is a training setting no plan can change.
   auto fp16 = training(512, 2048, spec::Dtype::kFp16);
   EXPECT_FALSE(expressible(n, Engine::kTorchtitan, &why, &fp16));
   ASSERT_EQ(why.size(), 1u);
   EXPECT_EQ(why[0].path, "training.precision");
+}
+
+// Under pipeline parallelism torchtitan's FSDP2 keeps each stage's whole weights and accumulates its
+// whole gradients until the last micro-batch (the pipeline schedule turns gradient sync off before
+// then): ZeRO-1, which alone takes no ZeRO-1 (no optimizer-only sharding). Exported as FSDP without
+// resharding; an import with resharding under PP reads as ZeRO-1 too, and says so.
+TEST(Torchtitan, PipelineStagesKeepTheirWholeGradients) {
+  const auto t = training(512, 2048);
+  const auto m = model("gpt3-13b");
+  const auto c = cluster(2, 8);
+  auto pp = testing::plan(2, 4, {20, 20}, 2, 128, /*zero=*/3);
+  const auto n = nearest_expressible(pp, Engine::kTorchtitan, &t);
+  EXPECT_EQ(n.plan.stages[0].zero, 1);
+  ASSERT_FALSE(n.changes.empty());
+  EXPECT_EQ(n.changes.front().rfind("plan.stages[0].zero: 3 -> 1", 0), 0u) << n.changes.front();
+  auto alone = testing::plan(4, 4, {40}, 1, 128, /*zero=*/1);
+  EXPECT_EQ(nearest_expressible(alone, Engine::kTorchtitan, &t).plan.stages[0].zero, 2);
+  auto one = n.plan;
+  one.grad_accumulation_fusion = one.async_tp_backward = false;
+  const auto got = lines(m, c, t, one);
+  EXPECT_NE(std::find(got.begin(), got.end(), "--parallelism.fsdp_reshard_after_forward never"), got.end());
+  std::string flags;
+  for (const auto& l : got) flags += l + " ";
+  auto back = import_torchtitan_overrides(flags, m, c);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->plan.stages[0].zero, 1);
+  const std::string always = "--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_reshard_after_forward always "
+                             "--parallelism.tensor_parallel_degree 4 --parallelism.pipeline_parallel_degree 2";
+  auto resharded = import_torchtitan_overrides(always, m, c);
+  ASSERT_TRUE(resharded) << resharded.error().to_string();
+  EXPECT_EQ(resharded->plan.stages[0].zero, 1);
+  EXPECT_TRUE(std::ranges::any_of(resharded->notes, [](const std::string& s) {
+    return s.find("fsdp_reshard_after_forward always") != std::string::npos;
+  }));
 }
 
 TEST(Torchtitan, ImportErrorsNameTheOverride) {

@@ -230,8 +230,9 @@ JOBS = [
         compile=True),
     job("tt-llama3-8b-8xH200-s8192", "torchtitan", "llama3-8b", "H200-SXM-141GB", 8, 128, 8192),
     job("tt-llama3-8b-8xA100-s4096", "torchtitan", "llama3-8b", "A100-SXM4-80GB", 8, 256, 4096),
-    job("tt-llama3-8b-pp2-zero2", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
-        plan=plan(4, 1, 2, 1, 16, 32, zero=2)),
+    # Under PP torchtitan's FSDP keeps the stage's whole weights and gradients: ZeRO-1 (2026-12-07).
+    job("tt-llama3-8b-pp2-fsdp", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
+        plan=plan(4, 1, 2, 1, 16, 32, zero=1)),
     job("tt-llama3-8b-tp2-zero3-fullac", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 64, 8192,
         plan=plan(4, 2, 1, 1, 16, 32, zero=3, ckpt=32)),
     job("tt-llama3-8b-zero3-cpuoffload", "torchtitan", "llama3-8b", "A100-SXM4-40GB", 8, 64, 8192,
@@ -256,5 +257,5 @@ JOBS = [
     job("tt-llama3-70b-32xH100-s32768-nooffload", "torchtitan", "llama3-70b", "H100-SXM5-80GB", 32, 64, 32768,
         tune=("--no-offload",)),
     job("tt-llama3-8b-pp2-tp2-cp2", "torchtitan", "llama3-8b", "H100-SXM5-80GB", 8, 16, 65536,
-        plan=plan(1, 2, 2, 1, 16, 32, zero=2, ckpt=16, cp=2)),
+        plan=plan(1, 2, 2, 1, 16, 32, zero=1, ckpt=16, cp=2)),
 ]
