@@ -380,7 +380,11 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
     drop_offload(w, &Offload::optimizer_states, "optimizer_states", why);
   }
   drop_offload(w, &Offload::activations, "activations", "torchtitan has no activation offloading");
-  if (grads_reduced(w.p))
+  if (grads_reduced(w.p) && pp && w.p.stages[0].zero >= 1)
+    set_flag(w, &Plan::overlap_grad_reduce, false, "plan.overlap_grad_reduce",
+             "under pipeline parallelism the schedule reduce-scatters FSDP's gradients after the last micro-batch's "
+             "backward (stage.py, run_post_backward), not under it");
+  else if (grads_reduced(w.p))
     set_flag(w, &Plan::overlap_grad_reduce, true, "plan.overlap_grad_reduce",
              "torchtitan's DDP and FSDP2 always overlap gradient reduction with backward");
   if (params_gathered(w.p))

@@ -284,8 +284,10 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   if (dtype == "bfloat16")
     out.notes.push_back("--training.dtype bfloat16 keeps weights and optimizer states in bf16; mist models mixed "
                         "precision with fp32 master weights");
-  // DDP and FSDP2 overlap gradient reduction; FSDP2 prefetches parameters (fsdp.py).
-  p.overlap_grad_reduce = true;
+  // DDP and FSDP2 overlap gradient reduction, except FSDP under PP, whose reduce-scatters the
+  // schedule issues after the last micro-batch's backward (capability.cpp, torchtitan_rules);
+  // FSDP2 prefetches parameters (fsdp.py).
+  p.overlap_grad_reduce = !(p.pp > 1 && zero >= 1 && shard_group > 1);
   p.overlap_param_gather = true;
   p.overlap_tp_comm = f.has("--compile.enable_async_tensor_parallel");
   if (f.has("--compile.enable")) out.training.compile = true;

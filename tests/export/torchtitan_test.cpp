@@ -79,7 +79,7 @@ TEST(Torchtitan, InterleavedScheduleAndAsyncTensorParallel) {
   auto p = testing::plan(2, 4, {20, 20}, 2, 128, /*zero=*/1);
   p.virtual_pipeline_stages = 2;
   p.sequence_parallel = p.overlap_tp_comm = true;
-  p.grad_accumulation_fusion = p.async_tp_backward = false;
+  p.grad_accumulation_fusion = p.async_tp_backward = p.overlap_grad_reduce = false;
   auto t = training(512, 2048);
   t.compile = true;  // async TP runs in the compiled model
   auto got = lines(model("gpt3-13b"), cluster(2, 8), t, p);
@@ -135,8 +135,7 @@ TEST(Torchtitan, RefusesWhatItCannotRun) {
   EXPECT_FALSE(expressible(p, Engine::kTorchtitan, &why, &t));
   std::vector<std::string> paths;
   for (const auto& e : why) paths.push_back(e.path);
-  EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].offload.optimizer_states",
-                                             "plan.overlap_grad_reduce", "plan.grad_accumulation_fusion",
+  EXPECT_EQ(paths, (std::vector<std::string>{"plan.stages[0].offload.optimizer_states", "plan.grad_accumulation_fusion",
                                              "plan.async_tp_backward", "plan.stages[0].ckpt_layers",
                                              "plan.recompute"}));  // full everywhere, so selective goes
   const auto n = nearest_expressible(p, Engine::kTorchtitan, &t).plan;
@@ -162,8 +161,13 @@ TEST(Torchtitan, PipelineStagesKeepTheirWholeGradients) {
   EXPECT_EQ(n.plan.stages[0].zero, 1);
   ASSERT_FALSE(n.changes.empty());
   EXPECT_EQ(n.changes.front().rfind("plan.stages[0].zero: 3 -> 1", 0), 0u) << n.changes.front();
+  // Its reduce-scatters run after the last micro-batch's backward; without PP they overlap it.
+  EXPECT_FALSE(n.plan.overlap_grad_reduce);
   auto alone = testing::plan(4, 4, {40}, 1, 128, /*zero=*/1);
-  EXPECT_EQ(nearest_expressible(alone, Engine::kTorchtitan, &t).plan.stages[0].zero, 2);
+  alone.overlap_grad_reduce = false;
+  const auto na = nearest_expressible(alone, Engine::kTorchtitan, &t).plan;
+  EXPECT_EQ(na.stages[0].zero, 2);
+  EXPECT_TRUE(na.overlap_grad_reduce);
   auto one = n.plan;
   one.grad_accumulation_fusion = one.async_tp_backward = false;
   const auto got = lines(m, c, t, one);
@@ -173,6 +177,7 @@ TEST(Torchtitan, PipelineStagesKeepTheirWholeGradients) {
   auto back = import_torchtitan_overrides(flags, m, c);
   ASSERT_TRUE(back) << back.error().to_string();
   EXPECT_EQ(back->plan.stages[0].zero, 1);
+  EXPECT_FALSE(back->plan.overlap_grad_reduce);
   const std::string always = "--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_reshard_after_forward always "
                              "--parallelism.tensor_parallel_degree 4 --parallelism.pipeline_parallel_degree 2";
   auto resharded = import_torchtitan_overrides(always, m, c);

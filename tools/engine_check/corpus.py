@@ -16,7 +16,8 @@ GPU_ARCH = {"V100-SXM2-32GB": 7, "A100-SXM4-40GB": 8, "A100-SXM4-80GB": 8, "A10G
 # Megatron-LM's): only Megatron-LM fuses the gradient accumulation into the weight-gradient GEMM and
 # overlaps the TP backward all-reduce; DeepSpeed overlaps the gradient reduction from ZeRO-2 on
 # (zero_optimization.overlap_comm) and prefetches parameters only under ZeRO-3 (ZeRO-1/2 gather the
-# updated ones inside the optimizer step). Without these, mist refuses the plan and the harness
+# updated ones inside the optimizer step); torchtitan's pipeline schedule reduce-scatters FSDP's gradients after
+# the last micro-batch's backward. Without these, mist refuses the plan and the harness
 # would export the fastest plan the engine runs instead, not the one the job was written to reach.
 def engine_plan(engine, p):
     if engine == "megatron":
@@ -25,6 +26,8 @@ def engine_plan(engine, p):
     if engine == "deepspeed":
         zero = p["stages"][0]["zero"]
         out.update(overlap_grad_reduce=zero >= 2, overlap_param_gather=zero == 3)
+    if engine == "torchtitan" and p["pp"] > 1 and p["stages"][0]["zero"] >= 1 and p["dp"] * p.get("cp", 1) > 1:
+        out.update(overlap_grad_reduce=False)
     return out
 
 
