@@ -371,10 +371,11 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
   if (any && whole && w.p.dp > 1 && w.p.pp == 1) {
     set_zero(w, 3, "torchtitan's CPU offload runs inside FSDP (training.enable_cpu_offload)");
   } else if (any) {
-    const std::string why = w.p.pp > 1 ? "torchtitan's CPU offload runs inside FSDP, which under pipeline parallelism keeps "
-                                 "each stage's whole weights and gradients on the GPU"
-                               : "torchtitan offloads weights, gradients and optimizer states together, all or none, "
-                                 "inside FSDP over dp > 1 (training.enable_cpu_offload)";
+    const std::string why =
+        pp ? "torchtitan's CPU offload runs inside FSDP, which under pipeline parallelism keeps each stage's "
+             "whole weights and gradients on the GPU"
+           : "torchtitan offloads weights, gradients and optimizer states together, all or none, inside FSDP "
+             "over dp > 1 (training.enable_cpu_offload)";
     drop_offload(w, &Offload::weights, "weights", why);
     drop_offload(w, &Offload::gradients, "gradients", why);
     drop_offload(w, &Offload::optimizer_states, "optimizer_states", why);

@@ -82,8 +82,8 @@ SearchSpace engine_space(engines::Engine e) {
       s.zero_with_pp = engines::engine_caps(e).zero_levels_with_pp;
       break;
     case Engine::kTorchtitan:
-      // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward), with all its state on the CPU
-      // or none; activation checkpointing none, selective or full.
+      // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward; ZeRO-1 under PP), with all its
+      // state on the CPU or none; activation checkpointing none, selective or full.
       s.zero = {0, 1, 2, 3};
       s.zero_alone = engines::engine_caps(e).zero_levels;
       s.zero_with_pp = engines::engine_caps(e).zero_levels_with_pp;
@@ -198,8 +198,9 @@ std::vector<plan::Plan> layouts(const SearchSpace& space, const spec::ModelSpec&
 
 std::vector<int> zero_choices(const SearchSpace& space, int64_t dp, int64_t pp) {
   std::vector<int> out;
+  const auto& allowed = pp == 1 ? space.zero_alone : space.zero_with_pp;
   for (int z : space.zero)
-    if ((z == 0 || dp > 1) && (pp == 1 ? space.zero_alone : space.zero_with_pp)[static_cast<size_t>(z)])  // nothing to shard without dp
+    if ((z == 0 || dp > 1) && allowed[static_cast<size_t>(z)])  // nothing to shard without dp
       out.push_back(z);
   return out;
 }
