@@ -299,6 +299,9 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
     for (const auto& c : *components) {
       if (c == "model") model = true;
       else if (c == "loss") loss = true;
+      else if (c.find(':') != std::string::npos)
+        return fail("--compile.components", fmt::format("lists \"{}\": a subcommand after the list reads as one more "
+                                                        "component; put it before the list", c));
       else return fail("--compile.components", fmt::format("lists \"{}\": torchtitan compiles \"model\" and \"loss\"", c));
     }
     // Compiled alone, the loss would leave eager blocks under a compiled loss, which mist does not model.

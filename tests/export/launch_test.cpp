@@ -232,7 +232,8 @@ TEST(Launch, TorchtitanCompiledLossRoundTrips) {
   EXPECT_EQ(back->training.compile_loss, false);
   EXPECT_FALSE(back->training.applied_to(training(16, 4096)).compiled_loss());
 
-  for (const char* bad : {"--compile.enable --compile.components loss", "--compile.enable --compile.components model optimizer"}) {
+  for (const char* bad : {"--compile.enable --compile.components loss", "--compile.enable --compile.components model optimizer",
+                          "--compile.enable --compile.components model activation-checkpoint:full"}) {
     auto r = import_torchtitan_overrides(bad, m, c);
     ASSERT_FALSE(r) << bad;
     EXPECT_EQ(r.error().path, "--compile.components");
