@@ -77,21 +77,20 @@ SearchSpace engine_space(engines::Engine e) {
       s.weight_offload_needs_zero3 = true;
       s.ckpt_all_or_nothing = true;
       s.recompute = {plan::Recompute::kNone};
-      // The pipeline engine partitions the blocks itself and runs ZeRO 0 or 1 only.
+      // The pipeline engine partitions the blocks itself and runs ZeRO 0 or 1 only (its caps).
       s.split_rule = SplitRule::kDeepSpeedPartition;
-      s.zero_with_pp = engines::engine_caps(e).zero_levels_with_pp;
       break;
     case Engine::kTorchtitan:
       // FSDP2 (ZeRO-3, or ZeRO-2 without resharding after forward; ZeRO-1 under PP), with all its
       // state on the CPU or none; activation checkpointing none, selective or full.
-      s.zero = {0, 1, 2, 3};
-      s.zero_alone = engines::engine_caps(e).zero_levels;
-      s.zero_with_pp = engines::engine_caps(e).zero_levels_with_pp;
       s.split_rule = SplitRule::kTorchtitanGenerated;
       s.weight_offload = s.grad_offload = s.opt_offload = {0, 1};
       s.ckpt_all_or_nothing = true;
       break;
   }
+  // The ZeRO levels the engine runs without and with pipeline parallelism.
+  s.zero_alone = engines::engine_caps(e).zero_levels;
+  s.zero_with_pp = engines::engine_caps(e).zero_levels_with_pp;
   restrict_cp(s, e);
   return s;
 }
