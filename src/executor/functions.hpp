@@ -184,6 +184,9 @@ at::Tensor moe_unpermute_gathered(at::Tensor rows, at::Tensor tokens, int64_t ga
 at::Tensor grouped_linear(at::Tensor x, const LinearParams& p, int op);
 // WeightedSwiGLUFunction: silu(gate)·up·p for gate_up [n, 2f] and probs [n]; saves both inputs.
 at::Tensor weighted_swiglu(at::Tensor gate_up, at::Tensor probs, int op);
+// GELU experts' activation x [n, f] times each row's probability probs [n] (TEGroupedMLP's
+// `intermediate_parallel * permuted_probs`); saves both.
+at::Tensor weight_rows(at::Tensor x, at::Tensor probs, int op);
 // The shared expert's gate (Qwen2-MoE): y·sigmoid(logit) for logit [s, b, 1], y [s, b, h]; saves
 // the score sigmoid(logit) and y.
 at::Tensor sigmoid_gate(at::Tensor logit, at::Tensor y, int op);

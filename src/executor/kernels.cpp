@@ -320,6 +320,43 @@ void swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tenso
   });
 }
 
+void weight_rows_forward(const at::Tensor& x, const at::Tensor& p, const at::Tensor& y) {
+  const int64_t f = y.size(-1), rows = y.numel() / f;
+  dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    const T *X = ptr<T>(x), *P = ptr<T>(p);
+    T* Y = ptr<T>(y);
+    at::parallel_for(0, rows, grain(f), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float w = f32(P[r]);
+        for (int64_t c = 0; c < f; ++c) Y[r * f + c] = T(f32(X[r * f + c]) * w);
+      }
+    });
+  });
+}
+
+void weight_rows_backward(const at::Tensor& gy, const at::Tensor& x, const at::Tensor& p, const at::Tensor& gx,
+                          const at::Tensor& gp) {
+  const int64_t f = gy.size(-1), rows = gy.numel() / f;
+  dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    const T *G = ptr<T>(gy), *X = ptr<T>(x), *P = ptr<T>(p);
+    T *GX = ptr<T>(gx), *GP = ptr<T>(gp);
+    at::parallel_for(0, rows, grain(f), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float w = f32(P[r]);
+        float dw = 0;
+        for (int64_t c = 0; c < f; ++c) {
+          const float dy = f32(G[r * f + c]);
+          dw += dy * f32(X[r * f + c]);
+          GX[r * f + c] = T(dy * w);
+        }
+        GP[r] = T(dw);
+      }
+    });
+  });
+}
+
 void weighted_swiglu_forward(const at::Tensor& gu, const at::Tensor& p, const at::Tensor& y) {
   const int64_t f = y.size(-1), rows = y.numel() / f;
   dispatch(gu, [&](auto tag) {

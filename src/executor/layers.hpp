@@ -77,6 +77,8 @@ class Block final : public LayerBase {
   at::Tensor moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map);
   // The rank's experts on their rows: grouped fc1, the weighted SwiGLU, grouped fc2.
   at::Tensor experts(at::Tensor rows, at::Tensor row_probs);
+  // The experts' probability-weighted activation of fc1's output: SwiGLU, or GELU then the product.
+  at::Tensor expert_activation(at::Tensor fc1, at::Tensor row_probs);
   void init_moe_params();
 
   ops::AttnDims dims_;

@@ -321,13 +321,28 @@ struct GroupedLinearFn : torch::autograd::Function<GroupedLinearFn> {
   }
 };
 
-struct WeightedSwigluFn : torch::autograd::Function<WeightedSwigluFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu, const at::Tensor& p, int64_t op) {
+// An activation of the experts weighted by each row's probability, x [n, width] and p [n] in, saving
+// both: Megatron's WeightedSwiGLUFunction (x = [gate | up], half the width out), or GELU experts'
+// product of the GELU's output with the probabilities (the same width out).
+struct WeightedSwiglu {
+  static int64_t width(const at::Tensor& x) { return x.size(1) / 2; }
+  static constexpr auto forward = kernels::weighted_swiglu_forward;
+  static constexpr auto backward = kernels::weighted_swiglu_backward;
+};
+struct WeightRows {
+  static int64_t width(const at::Tensor& x) { return x.size(1); }
+  static constexpr auto forward = kernels::weight_rows_forward;
+  static constexpr auto backward = kernels::weight_rows_backward;
+};
+
+template <class K>
+struct ProbWeightedFn : torch::autograd::Function<ProbWeightedFn<K>> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& p, int64_t op) {
     Timed t(static_cast<int>(op), forward_phase());
     ctx->set_materialize_grads(false);
-    auto y = at::empty({gu.size(0), gu.size(1) / 2}, gu.options());
-    kernels::weighted_swiglu_forward(gu, p, y);
-    ctx->save_for_backward({gu, p});
+    auto y = at::empty({x.size(0), K::width(x)}, x.options());
+    K::forward(x, p, y);
+    ctx->save_for_backward({x, p});
     ctx->saved_data["op"] = op;
     return y;
   }
@@ -336,10 +351,10 @@ struct WeightedSwigluFn : torch::autograd::Function<WeightedSwigluFn> {
     auto sv = ctx->get_saved_variables();
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
     const auto g = grads[0].is_contiguous() ? grads[0] : grads[0].contiguous();
-    auto ggu = at::empty(sv[0].sizes(), sv[0].options());
+    auto gx = at::empty(sv[0].sizes(), sv[0].options());
     auto gp = at::empty(sv[1].sizes(), sv[1].options());
-    kernels::weighted_swiglu_backward(g, sv[0], sv[1], ggu, gp);
-    return {ggu, gp, at::Tensor()};
+    K::backward(g, sv[0], sv[1], gx, gp);
+    return {gx, gp, at::Tensor()};
   }
 };
 
@@ -572,7 +587,10 @@ at::Tensor grouped_linear(at::Tensor x, const LinearParams& p, int op) {
   return GroupedLinearFn::apply(x, &p, static_cast<int64_t>(op));
 }
 at::Tensor weighted_swiglu(at::Tensor gate_up, at::Tensor probs, int op) {
-  return WeightedSwigluFn::apply(gate_up, probs, static_cast<int64_t>(op));
+  return ProbWeightedFn<WeightedSwiglu>::apply(gate_up, probs, static_cast<int64_t>(op));
+}
+at::Tensor weight_rows(at::Tensor x, at::Tensor probs, int op) {
+  return ProbWeightedFn<WeightRows>::apply(x, probs, static_cast<int64_t>(op));
 }
 at::Tensor sigmoid_gate(at::Tensor logit, at::Tensor y, int op) {
   return SigmoidGateFn::apply(logit, y, static_cast<int64_t>(op));
@@ -584,14 +602,16 @@ void Block::init_moe_params() {
   const auto& m = run_.model;
   const int64_t h = m.hidden_size, fe = m.moe_ffn_hidden_size / moe_.etp, fs = m.shared_expert_ffn_hidden_size;
   router_ = linear_params(h, m.num_experts, false);
+  const int64_t in_width = m.mlp == spec::Mlp::kSwiGlu ? 2 : 1;  // [gate | up], or GELU's fc1
   if (fs > 0) {
-    shared_fc1_ = linear_params(h, 2 * fs, false);
+    shared_fc1_ = linear_params(h, in_width * fs, false);
     shared_fc2_ = linear_params(fs, h, false);
     if (m.shared_expert_gate) shared_gate_ = linear_params(h, 1, false);
   }
-  // This rank's E/ep experts, 1/etp of each: fc1 h -> 2·f_e/etp ([gate | up]), fc2 f_e/etp -> h.
+  // This rank's E/ep experts, 1/etp of each: fc1 h -> 2·f_e/etp ([gate | up]; GELU: f_e/etp),
+  // fc2 f_e/etp -> h.
   const int64_t local = moe_.local_experts();
-  experts_fc1_.w = at::randn({local, 2 * fe, h}, at::kFloat).mul_(0.02).to(dtype_);
+  experts_fc1_.w = at::randn({local, in_width * fe, h}, at::kFloat).mul_(0.02).to(dtype_);
   experts_fc2_.w = at::randn({local, h, fe}, at::kFloat).mul_(0.02).to(dtype_);
 }
 
@@ -646,18 +666,23 @@ at::Tensor Block::moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map) {
   return ops::moe_unpermute(std::move(rows), std::move(indices), s, b, id("moe.unpermute"));
 }
 
+at::Tensor Block::expert_activation(at::Tensor fc1, at::Tensor row_probs) {
+  if (run_.model.mlp == spec::Mlp::kSwiGlu)
+    return ops::weighted_swiglu(std::move(fc1), std::move(row_probs), id("moe.experts.swiglu"));
+  auto g = ops::gelu(std::move(fc1), id("moe.experts.gelu"));
+  return ops::weight_rows(std::move(g), std::move(row_probs), id("moe.experts.weight"));
+}
+
 at::Tensor Block::experts(at::Tensor rows, at::Tensor row_probs) {
   rows = ops::grouped_linear(std::move(rows), experts_fc1_, id("moe.experts.fc1"));
   if (!(modules_ & spec::kRecomputeMoeAct)) {
-    rows = ops::weighted_swiglu(std::move(rows), std::move(row_probs), id("moe.experts.swiglu"));
+    rows = expert_activation(std::move(rows), std::move(row_probs));
     return ops::grouped_linear(std::move(rows), experts_fc2_, id("moe.experts.fc2"));
   }
   // "moe_act" (TEGroupedMLP's activation_checkpoint): restored when the gradient reaches fc2's output.
   at::Tensor act;
   auto ck = without_output(
-      [this](const std::vector<at::Tensor>& in) {
-        return std::vector<at::Tensor>{ops::weighted_swiglu(in[0], in[1], id("moe.experts.swiglu"))};
-      },
+      [this](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{expert_activation(in[0], in[1])}; },
       {std::move(rows), std::move(row_probs)}, act);
   auto out = ops::grouped_linear(std::move(act), experts_fc2_, id("moe.experts.fc2"));
   ck.discard_output_and_restore_at(out);

@@ -55,32 +55,61 @@ int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_by
   return y;
 }
 
+// The activation of GELU experts as TEGroupedMLP runs it without a fused kernel
+// (megatron/core/transformer/moe/experts.py at d98e8a64, bias_act_func's last branch):
+// F.gelu(fc1's output), which keeps its input, then the product with each row's probability
+// (`intermediate_parallel * permuted_probs`), which keeps both factors. Returns the product.
+int weighted_gelu(LayerBuilder& B, int fc1, int row_probs, const Expr& rows, const Expr& act) {
+  const auto& o = B.o_;
+  int g = B.tensor("moe.experts.gelu.out", act * w(o));
+  Op& gelu = B.op("moe.experts.gelu", OpKind::kGelu, {fc1}, {g}, {fc1});
+  gelu.fwd_flops = 8 * act;
+  gelu.bwd_flops = 12 * act;
+  gelu.bytes_read = act * w(o);
+  gelu.bytes_written = act * w(o);
+  int y = B.tensor("moe.experts.weight.out", act * w(o));
+  Op& mul = B.op("moe.experts.weight", OpKind::kSwiGlu, {g, row_probs}, {y}, {g, row_probs});
+  mul.fwd_flops = act;
+  mul.bwd_flops = 3 * act;  // the input's gradient, and each row's dot product for its probability
+  mul.bytes_read = act * w(o) + rows * w(o);
+  mul.bytes_written = act * w(o);
+  return y;
+}
+
 // The rank's local experts on their `rows` routed rows (grouped fc1, the probability-weighted
-// SwiGLU, grouped fc2); returns fc2's output.
+// activation, grouped fc2); returns fc2's output. The experts are of the model's MLP kind.
 int experts(LayerBuilder& B, int tokens, int row_probs, const Expr& rows, const Expr& local_experts,
             const spec::ModelSpec& m) {
   const auto& o = B.o_;
   const auto& s = S();
   const Expr fe = constant(m.moe_ffn_hidden_size);
+  const bool glu = m.mlp == spec::Mlp::kSwiGlu;
+  const Expr fc1_width = (glu ? 2 * fe : fe) / s.etp;
   // gpt-oss's experts carry biases (linear_bias): fc1's column-parallel one split over etp, fc2's
   // row-parallel one whole on every rank, added after the reduction as a dense row-parallel bias.
-  const Expr fc1_bias = m.linear_bias ? 2 * fe / s.etp : Expr(0.0);
+  const Expr fc1_bias = m.linear_bias ? fc1_width : Expr(0.0);
   const Expr fc2_bias = m.linear_bias ? s.h : Expr(0.0);
-  int fc1 = grouped_linear(B, "moe.experts.fc1", tokens, rows, s.h, 2 * fe / s.etp, local_experts, fc1_bias);
-  // SwiGLU weighted by each row's routing probability (WeightedSwiGLUFunction: the probabilities
-  // multiply here, before fc2, not in the unpermutation): keeps its input and the probabilities.
+  int fc1 = grouped_linear(B, "moe.experts.fc1", tokens, rows, s.h, fc1_width, local_experts, fc1_bias);
   Expr act = rows * fe / s.etp;
-  int y = B.tensor("moe.experts.swiglu.out", act * w(o));
-  Op& glu = B.op("moe.experts.swiglu", OpKind::kSwiGlu, {fc1, row_probs}, {y}, {fc1, row_probs});
-  glu.fwd_flops = 5 * act;
-  glu.bwd_flops = 10 * act;
-  glu.bytes_read = 2 * act * w(o) + rows * w(o);
-  glu.bytes_written = act * w(o);
+  const size_t act_first = B.op_count();
+  int y = -1;
+  if (glu) {
+    // SwiGLU weighted by each row's routing probability (WeightedSwiGLUFunction: the probabilities
+    // multiply here, before fc2, not in the unpermutation): keeps its input and the probabilities.
+    y = B.tensor("moe.experts.swiglu.out", act * w(o));
+    Op& op = B.op("moe.experts.swiglu", OpKind::kSwiGlu, {fc1, row_probs}, {y}, {fc1, row_probs});
+    op.fwd_flops = 5 * act;
+    op.bwd_flops = 10 * act;
+    op.bytes_read = 2 * act * w(o) + rows * w(o);
+    op.bytes_written = act * w(o);
+  } else {
+    y = weighted_gelu(B, fc1, row_probs, rows, act);
+  }
   // "moe_act" (TEGroupedMLP's activation_checkpoint): restored when the gradient reaches fc2's output.
-  const size_t act_op = B.op_count() - 1;
-  B.module_range(act_op, act_op + 1, spec::kRecomputeMoeAct);
+  const size_t act_end = B.op_count();
+  B.module_range(act_first, act_end, spec::kRecomputeMoeAct);
   const int out = grouped_linear(B, "moe.experts.fc2", y, rows, fe / s.etp, s.h, local_experts, fc2_bias);
-  B.restore_at(act_op, act_op + 1, B.op_count() - 1);
+  B.restore_at(act_first, act_end, B.op_count() - 1);
   return out;
 }
 

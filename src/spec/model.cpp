@@ -576,7 +576,8 @@ Result<ModelSpec> from_mist(const JsonFields& f) {
 //   MLP        GELU 2*h*f (+ f + h bias); SwiGLU gate/up/down 3*h*f (+ 2*f + h bias)
 //   norms      norms_per_block * (LayerNorm 2h | RMSNorm h)
 //   MoE        router h*E + experts E * 3*h*f_e + shared expert 3*h*f_s (+ its gate h)
-//              (+ with linear_bias: router E, each expert 2*f_e + h, the shared expert 2*f_s + h)
+//              (+ with linear_bias: router E, each expert 2*f_e + h, the shared expert 2*f_s + h);
+//              GELU experts 2*h*f_e and 2*h*f_s (+ f_e + h, f_s + h biases)
 //   sinks      a (one logit per query head)
 namespace {
 
@@ -607,13 +608,16 @@ BlockCounts block_counts(const ModelSpec& m, bool dense_mlp = false) {
   if (m.attention_sinks) attn += m.num_heads;
   const int64_t norms = m.norms_per_block * norm_parameters(m.norm, h);
   if (m.is_moe() && !dense_mlp) {
+    // The experts and the shared expert are of the model's MLP kind: SwiGLU (gate, up, down) or
+    // GELU (fc1, fc2; Megatron without --swiglu, as its MoE layer benchmark runs).
     const int64_t fs = m.shared_expert_ffn_hidden_size, fe = m.moe_ffn_hidden_size;
-    int64_t shared = 3 * h * fs + (m.shared_expert_gate ? h : 0);
-    int64_t router = h * m.num_experts, expert = 3 * h * fe;
+    const int64_t mats = m.mlp == Mlp::kGelu ? 2 : 3, in_biases = m.mlp == Mlp::kGelu ? 1 : 2;
+    int64_t shared = mats * h * fs + (m.shared_expert_gate ? h : 0);
+    int64_t router = h * m.num_experts, expert = mats * h * fe;
     if (m.linear_bias) {
       router += m.num_experts;
-      expert += 2 * fe + h;
-      if (fs > 0) shared += 2 * fs + h;
+      expert += in_biases * fe + h;
+      if (fs > 0) shared += in_biases * fs + h;
     }
     return {attn + norms + router + shared, expert};
   }
@@ -690,8 +694,6 @@ Result<void> validate_experts(const ModelSpec& m, const At& at) {
   if (m.first_dense_layers > 0 && (m.ffn_hidden_size < 1 || m.ffn_hidden_size > kMaxFfn))
     return fail(at("ffn_hidden_size"), fmt::format("must be between 1 and {} (the width of the {} dense blocks), got {}",
                                                    kMaxFfn, m.first_dense_layers, m.ffn_hidden_size));
-  if (m.mlp != Mlp::kSwiGlu)
-    return fail(at("mlp"), "a mixture of experts needs SwiGLU experts (GELU experts are not modelled)");
   if (m.parallel_block)
     return fail(at("parallel_block"), "a parallel attention/MLP block with experts is not modelled");
   return {};

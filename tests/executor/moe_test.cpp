@@ -93,6 +93,29 @@ TEST(MoeExecutor, LargerBlockMatchesToo) {
   }
 }
 
+// GELU experts (Megatron without --swiglu, as its MoE layer benchmark runs; the shared expert a
+// GELU MLP too): fc1, GELU, the product with each row's probability, fc2, on three grids, with
+// and without moe_act's recompute, byte for byte.
+TEST(MoeExecutor, GeluExpertsMatchTheModelByteForByte) {
+  for (const Case& c : three_grids())
+    for (Dtype dt : {Dtype::kFp32, Dtype::kBf16})
+      for (uint32_t modules : {0u, static_cast<uint32_t>(spec::kRecomputeMoeAct)}) {
+        auto r = moe_run(c, dt, modules ? CM::kSelective : CM::kNone);
+        r.model.mlp = spec::Mlp::kGelu;
+        r.recompute_modules = modules;
+        SCOPED_TRACE(fmt::format("{} gelu{}", name(r), modules ? " moe_act" : ""));
+        if (!modules) {
+          expect_exact(r);
+          continue;
+        }
+        auto m = measure_block(r);
+        auto p = predict_block(r);
+        ASSERT_TRUE(m && p) << (m ? p.error().to_string() : m.error().to_string());
+        EXPECT_EQ(m->saved_bytes, p->saved);
+        EXPECT_EQ(m->backward_peak_bytes, p->backward_peak);
+      }
+}
+
 // Selective recompute (the attention core) and a context-parallel rank of the same block.
 TEST(MoeExecutor, SelectiveRecomputeAndContextParallelismToo) {
   for (const Case& c : {Case{8, 2, 2, 2, Shared::kGated}, Case{4, 1, 1, 2, Shared::kNone}})

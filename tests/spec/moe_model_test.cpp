@@ -114,7 +114,17 @@ TEST(MoeMistForm, ValidationNamesTheField) {
   expect_error(edit("experts_per_token", "0"), "model.experts_per_token", "between 1 and num_experts");
   expect_error(edit("moe_ffn_hidden_size", "0"), "model.moe_ffn_hidden_size", "between 1");
   expect_error(edit("shared_expert_gate", "true"), "model.shared_expert_gate", "shared expert");
-  expect_error(edit("mlp", "\"gelu\""), "model.mlp", "SwiGLU");
+  // GELU experts (Megatron's MoE layer benchmark): fc1 and fc2, one h·f_e matrix fewer per expert.
+  auto gelu = edit("mlp", "\"gelu\"");
+  ASSERT_TRUE(gelu.has_value()) << gelu.error().to_string();
+  const auto mixtral = *catalog_model("mixtral-8x7b");
+  const int64_t per_expert = mixtral.hidden_size * mixtral.moe_ffn_hidden_size;
+  EXPECT_EQ(mixtral.block_parameters() - gelu->block_parameters(), mixtral.num_experts * per_expert);
+  EXPECT_EQ(mixtral.active_block_parameters() - gelu->active_block_parameters(), mixtral.experts_per_token * per_expert);
+  Json clamped = base;
+  clamped["mlp"] = "gelu";
+  clamped["swiglu_limit"] = 7.0;
+  expect_error(model_from_json(clamped, "model"), "model.swiglu_limit", "SwiGLU");
   EXPECT_TRUE(edit("linear_bias", "true").has_value());  // gpt-oss's biased experts
   expect_error(edit("full_attention_interval", "2"), "model.full_attention_interval", "needs a sliding_window");
   expect_error(edit("full_attention_interval", "33"), "model.full_attention_interval", "between 1 and num_layers");
