@@ -346,12 +346,7 @@ void torchtitan_rules(Walk& w, const spec::TrainingSpec* t) {
     w.p.cp_comm = cp.nearest;
     w.p.cp_a2a = 1;
   }
-  // Under PP, torch.distributed.pipelining runs every micro-batch's backward without FSDP's gradient
-  // sync or resharding (stage.py backward_maybe_with_nosync), and torchtitan does not reshard after
-  // forward (fsdp.py, the default policy): each rank keeps its stage's whole weights, and its whole
-  // gradients in fp32 (FSDP2 accumulates in the reduce dtype), until the last micro-batch
-  // reduce-scatters them: ZeRO-1's memory and traffic.
-  const bool pp = w.p.pp > 1 && w.p.dp * w.p.cp > 1;  // pipeline stages FSDP shards
+  const bool pp = torchtitan_fsdp_is_zero1(w.p.pp, w.p.dp * w.p.cp);  // pipeline stages FSDP shards
   if (w.p.cp > 1 && w.p.stages[0].zero == 0)
     set_zero(w, pp ? 1 : 2, "torchtitan applies FSDP whenever context parallelism is on, sharding over dp_shard·cp "
                             "(parallel_dims.fsdp_enabled)");

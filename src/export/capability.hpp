@@ -22,6 +22,15 @@ struct Nearest {
   std::vector<std::string> changes;  // "plan.stages[1].zero: 1 -> 2 (...)", one per change
 };
 
+// torchtitan's FSDP under pipeline parallelism (pp > 1 with an FSDP shard group of dp_shard·cp > 1):
+// torch.distributed.pipelining runs every micro-batch's backward without FSDP's gradient sync or
+// resharding (stage.py backward_maybe_with_nosync) and torchtitan does not reshard after forward
+// (fsdp.py, the default policy): each rank keeps its stage's whole weights and its whole gradients
+// in fp32 until the last micro-batch reduce-scatters them, ZeRO-1's memory and traffic, the
+// reduction not overlapped with backward. The one home of the rule: the capability rules and the
+// torchtitan importer read it.
+inline bool torchtitan_fsdp_is_zero1(int64_t pp, int64_t shard_group) { return pp > 1 && shard_group > 1; }
+
 // Why engine `e` cannot run `p`; empty when it can. Each error names the plan field at fault
 // (or training.* for what no plan can change, e.g. fp16 on torchtitan). `t`, when given, adds the
 // checks that depend on the training setup (precision, optimizer, mixed precision); `m`, those

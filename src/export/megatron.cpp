@@ -550,6 +550,13 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
     return fail("--qk-layernorm", fmt::format("model {} {} its queries and keys per head", m.name,
                                               m.qk_norm ? "normalises" : "does not normalise"));
   MIST_CHECK(check_gpt_oss_flags(f, m));
+  // --swiglu on a model without SwiGLU (a GELU MLP or GELU experts; gpt-oss's GLU is --quick-geglu) is
+  // a contradiction; its absence is not (options often state the parallelism alone).
+  if (f.has("--swiglu") && !(m.mlp == spec::Mlp::kSwiGlu && m.swiglu_limit == 0))
+    return fail("--swiglu", fmt::format("is given but model {} has {}", m.name,
+                                        m.mlp == spec::Mlp::kSwiGlu ? "gpt-oss's clamped GLU (--quick-geglu)"
+                                        : m.is_moe()                ? "GELU experts"
+                                                                    : "a GELU MLP"));
 
   MIST_TRY(auto tp, f.integer("--tensor-model-parallel-size", 1, 1024));
   MIST_TRY(auto pp, f.integer("--pipeline-model-parallel-size", 1, 100000));

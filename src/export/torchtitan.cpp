@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "export/capability.hpp"
 #include "export/common.hpp"
 #include "export/splits.hpp"
 #include "export/torchtitan_models.hpp"
@@ -202,9 +203,7 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
   int zero = 0;
   if (shard_group > 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : (p.pp > 1 ? 2 : 3);  // fsdp.py
   else if (r == 1) zero = reshard == "always" ? 3 : reshard == "never" ? 2 : 0;
-  if (p.pp > 1 && zero >= 2 && shard_group > 1) {
-    // The pipeline schedule defers FSDP's gradient sync to the last micro-batch and does not reshard
-    // after backward (capability.cpp, torchtitan_rules): ZeRO-1.
+  if (zero >= 2 && torchtitan_fsdp_is_zero1(p.pp, shard_group)) {
     if (reshard == "always")
       out.notes.push_back("--parallelism.fsdp_reshard_after_forward always under pipeline parallelism: read as "
                           "ZeRO-1 (the pipeline schedule keeps the whole gradients until the last micro-batch); "
@@ -285,9 +284,8 @@ Result<ImportedJob> import_torchtitan_overrides(std::string_view text, const spe
     out.notes.push_back("--training.dtype bfloat16 keeps weights and optimizer states in bf16; mist models mixed "
                         "precision with fp32 master weights");
   // DDP and FSDP2 overlap gradient reduction, except FSDP under PP, whose reduce-scatters the
-  // schedule issues after the last micro-batch's backward (capability.cpp, torchtitan_rules);
-  // FSDP2 prefetches parameters (fsdp.py).
-  p.overlap_grad_reduce = !(p.pp > 1 && zero >= 1 && shard_group > 1);
+  // schedule issues after the last micro-batch's backward; FSDP2 prefetches parameters (fsdp.py).
+  p.overlap_grad_reduce = !(zero >= 1 && torchtitan_fsdp_is_zero1(p.pp, shard_group));
   p.overlap_param_gather = true;
   p.overlap_tp_comm = f.has("--compile.enable_async_tensor_parallel");
   if (f.has("--compile.enable")) out.training.compile = true;

@@ -55,6 +55,28 @@ TEST(MoeExport, MegatronGetsTheExpertFlagsAndTheyRoundTrip) {
 
 // A capacity factor (token dropping) and padding to it: written, read back, and Megatron-LM's own
 // checks on import (padding needs a factor; a negative factor means none).
+// GELU experts (Megatron without --swiglu): the export leaves --swiglu out, the options read back to
+// the same plan, and --swiglu given for such a model is refused, naming it.
+TEST(MoeExport, GeluExpertsLeaveSwigluOutAndRefuseIt) {
+  auto m = model("mixtral-8x7b");
+  m.mlp = spec::Mlp::kGelu;
+  auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(), {}});
+  ASSERT_TRUE(r && r->exported);
+  const auto& o = r->exported->options;
+  EXPECT_FALSE(value(o, "--swiglu").has_value());
+  EXPECT_EQ(value(o, "--num-experts"), "8");
+  auto back = import_megatron_flags(command(o), m, cluster(2, 8));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->plan.ep, 4);
+  expect_error(import_megatron_flags(command(o) + " --swiglu", m, cluster(2, 8)), "--swiglu", "GELU experts");
+  // The catalog's SwiGLU experts keep the flag and read back with it.
+  const auto swiglu = model("mixtral-8x7b");
+  auto r2 = export_plan(Engine::kMegatron, {swiglu, cluster(2, 8), training(128, 4096), mixtral_plan(), {}});
+  ASSERT_TRUE(r2 && r2->exported);
+  EXPECT_TRUE(value(r2->exported->options, "--swiglu").has_value());
+  EXPECT_TRUE(import_megatron_flags(command(r2->exported->options), swiglu, cluster(2, 8)));
+}
+
 TEST(MoeExport, CapacityFactorRoundTrips) {
   const auto m = model("mixtral-8x7b");
   auto t = training(128, 4096);
