@@ -33,6 +33,10 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (global_batch_size) base.global_batch_size = *global_batch_size;
   if (seq_length) base.seq_length = *seq_length;
   if (precision) base.precision = *precision;
+  if (grad_dtype) {
+    base.grad_dtype = *grad_dtype;
+    base.grad_dtype_stated.value = true;
+  }
   if (fp8) base.fp8 = *fp8;
   if (optimizer) base.optimizer = *optimizer;
   if (dropout) base.dropout = *dropout;

@@ -262,8 +262,15 @@ std::vector<std::string> deepspeed_notes(const spec::ModelSpec& m, const spec::T
     notes.push_back("model.qkv_bias: Megatron-DeepSpeed has no QKV-only bias; the flags give the other shapes");
   if (m.parallel_block)
     notes.push_back("model.parallel_block: Megatron-DeepSpeed's GPT model has no parallel attention/MLP block");
-  if (t.grad_dtype != spec::Dtype::kFp32)
-    notes.push_back("training.grad_dtype: set data_types.grad_accum_dtype in the config if wanted");
+  // DeepSpeed keeps fp16 gradients under fp16 (communication_data_type defaults to the model's dtype,
+  // engine.py; the fp16 optimizer accumulates in the parameters' .grad) and accumulates bf16 ones in
+  // fp32 (data_types.grad_accum_dtype).
+  const spec::Dtype ds_grads = t.precision == spec::Dtype::kFp16 ? spec::Dtype::kFp16 : spec::Dtype::kFp32;
+  if (t.grad_dtype != ds_grads)
+    notes.push_back(fmt::format("training.grad_dtype {}: DeepSpeed's default under {} is {}; set "
+                                "data_types.grad_accum_dtype and communication_data_type to {} in the config",
+                                spec::to_string(t.grad_dtype), spec::to_string(t.precision), spec::to_string(ds_grads),
+                                spec::to_string(t.grad_dtype)));
   return notes;
 }
 

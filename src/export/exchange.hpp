@@ -64,6 +64,7 @@ struct TrainingOverrides {
   std::optional<int64_t> global_batch_size;
   std::optional<int64_t> seq_length;
   std::optional<spec::Dtype> precision;
+  std::optional<spec::Dtype> grad_dtype;  // the gradients' dtype the options imply (stated)
   std::optional<spec::Fp8Recipe> fp8;  // kNone: the flags train without FP8
   std::optional<spec::Optimizer> optimizer;
   std::optional<bool> dropout;

@@ -28,7 +28,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 87> kFlags{{
+constexpr std::array<FlagSpec, 89> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -68,6 +68,8 @@ constexpr std::array<FlagSpec, 87> kFlags{{
     {"--cpu-offloading-num-layers", true},
     {"--bf16", false},
     {"--fp16", false},
+    {"--accumulate-allreduce-grads-in-fp32", false},  // arguments.py:3069 (fp16: otherwise fp16 gradients)
+    {"--grad-reduce-in-bf16", false},                 // arguments.py:3053 (bf16: otherwise fp32 gradients)
     {"--fp8-format", true},  // TransformerConfig.fp8 (transformer_config.py:587)
     {"--fp8-recipe", true},  // TransformerConfig.fp8_recipe, default delayed (:594)
     {"--fp8-param-gather", false},  // arguments.py:2016 (DistributedDataParallelConfig.fp8_param_gather)
@@ -335,6 +337,13 @@ Result<void> check_gpt_oss_flags(const Flags& f, const spec::ModelSpec& m) {
   return {};
 }
 
+// The dtype Megatron-LM keeps and reduces gradients in without either gradient flag
+// (arguments.py at d98e8a64, validate_args): bf16 turns --accumulate-allreduce-grads-in-fp32 on
+// unless --grad-reduce-in-bf16; fp16 leaves it off, so the main gradients are fp16.
+spec::Dtype megatron_grad_dtype(spec::Dtype precision) {
+  return precision == spec::Dtype::kFp16 ? spec::Dtype::kFp16 : spec::Dtype::kFp32;
+}
+
 void add_model_options(std::vector<Option>& o, const spec::ModelSpec& m, const spec::TrainingSpec& t) {
   add(o, "--num-layers", m.num_layers);
   add(o, "--hidden-size", m.hidden_size);
@@ -477,6 +486,8 @@ std::vector<Option> megatron_options(const spec::ModelSpec& m, const spec::Clust
     add(o, "--cpu-offloading-num-layers",
         static_cast<int64_t>(std::llround(s0.offload.activations * static_cast<double>(s0.num_layers))));
   detail::add_training_flags(o, t);
+  if (t.grad_dtype != megatron_grad_dtype(t.precision))
+    add(o, t.grad_dtype == spec::Dtype::kFp32 ? "--accumulate-allreduce-grads-in-fp32" : "--grad-reduce-in-bf16");
   if (m.is_moe() && t.moe_capacity_factor > 0) {
     add(o, "--moe-expert-capacity-factor", fmt::format("{}", t.moe_capacity_factor));
     if (t.moe_pad_to_capacity) add(o, "--moe-pad-expert-input-to-capacity");
@@ -518,9 +529,6 @@ std::vector<std::string> megatron_notes(const spec::ModelSpec& m, const spec::Cl
                                 "(--mtp-num-layers, as Megatron-Bridge's recipes for it do)",
                                 m.name, m.mtp_layers, m.mtp_layers > 1 ? "s" : "", m.mtp_layers > 1 ? "them" : "it",
                                 m.mtp_layers, m.mtp_layers > 1 ? "them" : "it"));
-  if (t.grad_dtype != spec::Dtype::kFp32)
-    notes.push_back("training.grad_dtype: Megatron-LM keeps main gradients in fp32 unless told otherwise "
-                    "(--main-grads-dtype with the precision-aware optimizer)");
   if (!t.flash_attention)
     notes.push_back("training.flash_attention = false: choose the attention kernel with --attention-backend");
   return notes;
@@ -800,6 +808,14 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
   }
 
   MIST_TRY(out.training.precision, detail::precision_switches(f));
+  const spec::Dtype precision = out.training.precision.value_or(spec::Dtype::kFp32);
+  if (f.has("--accumulate-allreduce-grads-in-fp32") && f.has("--grad-reduce-in-bf16"))
+    return fail("--grad-reduce-in-bf16", "cannot be given together with --accumulate-allreduce-grads-in-fp32");
+  if (f.has("--grad-reduce-in-bf16") && precision != spec::Dtype::kBf16)
+    return fail("--grad-reduce-in-bf16", "needs --bf16");
+  out.training.grad_dtype = f.has("--accumulate-allreduce-grads-in-fp32") ? spec::Dtype::kFp32
+                            : f.has("--grad-reduce-in-bf16")              ? spec::Dtype::kBf16
+                                                                          : megatron_grad_dtype(precision);
   MIST_TRY(auto fp8_format, f.choice("--fp8-format", {"e4m3", "hybrid"}));
   MIST_TRY(auto fp8_recipe, f.choice("--fp8-recipe", {"tensorwise", "delayed", "mxfp8", "blockwise", "custom"}));
   if (fp8_recipe && !fp8_format) return fail("--fp8-recipe", "takes effect only with --fp8-format");

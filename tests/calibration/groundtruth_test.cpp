@@ -297,7 +297,9 @@ std::vector<RunError> held_out_half(const std::string& constants_file, const std
 // mean, 48.5% worst (tp 8 at micro-batch 1 stays optimistic: docs/time-model.md). 2026-12-07, with
 // NCCL's measured small-message costs, the host's stalls kernel by kernel and the efficiency held
 // to the GPU's MAMF: 7.6% mean, 25.7% worst (was 8.3% and 38.2%; tp 8 still the most optimistic).
-// Physics alone: 52%.
+// Later that day, with the runs' fp16 gradients (DeepSpeed's default): 7.1% mean, 27.0% worst by
+// this metric (measured/predicted; the worst a tp 8 run mist puts 21% fast, untouched by the change).
+// Physics alone: 54%.
 TEST(GroundTruth, VtrainHalfHeldOutWithTheDeepSpeedFit) {
   if (mist::testing::kSanitized) GTEST_SKIP() << "744 predictions: the normal build runs it";
   const auto errs = held_out_half("a100_megatron_deepspeed_vtrain.time_constants.json",

@@ -4,6 +4,7 @@
 #include "export/megatron.hpp"
 #include "export/splits.hpp"
 #include "export_jobs.hpp"
+#include "../common/expect.hpp"
 
 namespace mist::engines {
 namespace {
@@ -13,6 +14,7 @@ using testing::command;
 using testing::value;
 using testing::model;
 using testing::training;
+using mist::testing::expect_error;
 
 std::vector<Option> flags(std::initializer_list<std::pair<const char*, const char*>> list) {
   std::vector<Option> out;
@@ -105,6 +107,37 @@ TEST(Megatron, UnevenFirstLastStagesZero3AndOptimizerOffload) {
                         {"--disable-bias-linear", nullptr}}));
 }
 
+// The gradients' dtype as Megatron-LM derives it (arguments.py validate_args at d98e8a64): fp16
+// keeps fp16 main gradients unless --accumulate-allreduce-grads-in-fp32, bf16 fp32 ones unless
+// --grad-reduce-in-bf16. The export writes a flag only where the plan's dtype is not that default;
+// the import states the dtype the flags give, and refuses the bf16 flag without --bf16.
+TEST(Megatron, GradientDtypeFlagsFollowMegatronsDefaults) {
+  const auto m = model("gpt3-13b");
+  const auto p = testing::plan(2, 2, {20, 20}, 1, 256, /*zero=*/1);
+  struct Row {
+    spec::Dtype precision, grads;
+    const char* flag;  // nullptr: none
+  };
+  for (const Row& r : {Row{spec::Dtype::kFp16, spec::Dtype::kFp32, "--accumulate-allreduce-grads-in-fp32"},
+                       Row{spec::Dtype::kFp16, spec::Dtype::kFp16, nullptr},
+                       Row{spec::Dtype::kBf16, spec::Dtype::kFp32, nullptr},
+                       Row{spec::Dtype::kBf16, spec::Dtype::kBf16, "--grad-reduce-in-bf16"}}) {
+    auto t = training(512, 2048, r.precision);
+    t.grad_dtype = r.grads;
+    auto e = export_plan(Engine::kMegatron, {m, cluster(1, 8), t, p, {}});
+    ASSERT_TRUE(e && e->exported);
+    const auto& o = e->exported->options;
+    for (const char* flag : {"--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16"})
+      EXPECT_EQ(value(o, flag).has_value(), r.flag && std::string(r.flag) == flag) << flag;
+    auto back = import_megatron_flags(command(o), m, cluster(1, 8));
+    ASSERT_TRUE(back) << back.error().to_string();
+    ASSERT_TRUE(back->training.grad_dtype.has_value());
+    EXPECT_EQ(*back->training.grad_dtype, r.grads) << spec::to_string(r.precision);
+  }
+  expect_error(import_megatron_flags("--micro-batch-size 1 --fp16 --grad-reduce-in-bf16", m, cluster(1, 8)),
+               "--grad-reduce-in-bf16", "needs --bf16");
+}
+
 TEST(Megatron, ArbitrarySplitWithVirtualStagesUsesTheLayout) {
   // 8 | 12 | 10 | 10 blocks in 2 chunks per stage: entry a·pp + b is chunk a of stage b.
   auto p = testing::plan(2, 2, {8, 12, 10, 10}, 1, 256, /*zero=*/2);
@@ -124,7 +157,8 @@ TEST(Megatron, ArbitrarySplitWithVirtualStagesUsesTheLayout) {
                          {"--fp16", nullptr},
                          {"--optimizer", "adam"},
                          {"--hidden-dropout", "0"},
-                         {"--attention-dropout", "0"}});
+                         {"--attention-dropout", "0"},
+                         {"--accumulate-allreduce-grads-in-fp32", nullptr}});  // fp16 with fp32 gradients
   EXPECT_EQ(got, concat(expected, kGpt13bShape));
   auto ll = megatron_layers_from_layout("Et*4|t*6|t*5|t*5|t*4|t*6|t*5|t*5L", 4, 40);
   ASSERT_TRUE(ll);

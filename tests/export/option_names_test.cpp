@@ -32,6 +32,9 @@ const std::set<std::string> kMegatronNames{
     "--use-torch-fsdp2", "--data-parallel-sharding-strategy", "--ckpt-format", "--optimizer-cpu-offload",
     "--use-precision-aware-optimizer", "--optimizer-offload-fraction", "--cpu-offloading-num-layers", "--bf16",
     "--fp16", "--fp8-format", "--fp8-recipe", "--fp8-param-gather", "--optimizer", "--hidden-dropout", "--attention-dropout",
+    // The gradients' dtype: arguments.py:3069 (--accumulate-allreduce-grads-in-fp32) and :3053
+    // (--grad-reduce-in-bf16), which validate_args (:1195-1216) turns into fp16 or fp32 main gradients.
+    "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16",
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention", "--num-query-groups",
     "--max-position-embeddings", "--normalization", "--swiglu", "--position-embedding-type",
     "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
