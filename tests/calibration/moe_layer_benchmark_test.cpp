@@ -8,9 +8,10 @@
 // and router. Its TransformerConfig sets neither gated_linear_unit nor activation_func, so the
 // experts are GELU MLPs (fc1 h -> f, GELU, fc2), not SwiGLU: mist plans them with model.mlp gelu.
 // mist's default path for the stack: the Megatron-Core H100 calibration (job::prepare, --engine
-// megatron). What mist does not model of the proxies: the DeepSeek proxy's router in fp32 with sigmoid
-// scores, grouped top-k and an expert bias (mist: the activation dtype, softmax top-k), and the
-// fused permutation (mist: unfused). Nothing here is fitted; the bands are what mist reaches.
+// megatron). What mist does not model of the proxies: their routers in fp32 (MoEModelConfig's
+// default moe_router_dtype, which makes the GELU experts' probability product fp32), the DeepSeek
+// proxy's sigmoid scores, grouped top-k and expert bias (mist: the activation dtype, softmax top-k),
+// and the fused permutation (mist: unfused). Nothing here is fitted; the bands are what mist reaches.
 #include <gtest/gtest.h>
 
 #include <cmath>
