@@ -46,6 +46,7 @@ spec::TrainingSpec TrainingOverrides::applied_to(spec::TrainingSpec base) const 
   if (moe_capacity_factor) base.moe_capacity_factor = *moe_capacity_factor;
   if (moe_pad_to_capacity) base.moe_pad_to_capacity = *moe_pad_to_capacity;
   if (moe_dispatcher) base.moe_dispatcher = *moe_dispatcher;
+  if (moe_router_fp32) base.moe_router_fp32 = *moe_router_fp32;
   if (mtp_layers) base.mtp_layers = *mtp_layers;
   if (recompute_modules) base.recompute_modules = *recompute_modules;
   if (cross_entropy_fusion) base.cross_entropy_fusion = *cross_entropy_fusion;

@@ -74,6 +74,7 @@ struct TrainingOverrides {
   std::optional<double> moe_capacity_factor;  // 0: dropless
   std::optional<bool> moe_pad_to_capacity;
   std::optional<spec::MoeDispatcher> moe_dispatcher;  // Megatron-LM's --moe-token-dispatcher-type
+  std::optional<bool> moe_router_fp32;                // Megatron-LM's --moe-router-dtype fp32
   std::optional<int64_t> mtp_layers;  // Megatron-LM's --mtp-num-layers (absent: 0)
   std::optional<uint32_t> recompute_modules;  // Megatron-LM's --recompute-modules (spec::RecomputeModule bits)
   // Megatron-LM's --cross-entropy-loss-fusion with --cross-entropy-fusion-impl (absent: none).

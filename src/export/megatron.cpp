@@ -28,7 +28,7 @@ using detail::add;
 // Names read from NVIDIA/Megatron-LM @ d98e8a64: megatron/training/arguments.py and the dataclass
 // fields it turns into flags (TransformerConfig, ModelParallelConfig, TrainingConfig,
 // CheckpointConfig, DistributedInitConfig, TokenizerConfig) through argument_utils.py.
-constexpr std::array<FlagSpec, 89> kFlags{{
+constexpr std::array<FlagSpec, 90> kFlags{{
     {"--tensor-model-parallel-size", true},
     {"--pipeline-model-parallel-size", true},
     {"--context-parallel-size", true},
@@ -95,6 +95,7 @@ constexpr std::array<FlagSpec, 89> kFlags{{
     {"--moe-grouped-gemm", false},
     {"--moe-permute-fusion", false},
     {"--moe-token-dispatcher-type", true},
+    {"--moe-router-dtype", true},  // TransformerConfig.moe_router_dtype (transformer_config.py:811)
     {"--moe-expert-capacity-factor", true},  // TransformerConfig.moe_expert_capacity_factor (:917)
     {"--moe-pad-expert-input-to-capacity", false},  // TransformerConfig.moe_pad_expert_input_to_capacity (:921)
     {"--expert-tensor-parallel-size", true},
@@ -138,6 +139,7 @@ void add_moe_options(std::vector<Option>& o, const spec::ModelSpec& m, const spe
   add(o, "--moe-ffn-hidden-size", m.moe_ffn_hidden_size);
   add(o, "--moe-grouped-gemm");
   add(o, "--moe-token-dispatcher-type", std::string(spec::to_string(t.moe_dispatcher)));
+  if (t.moe_router_fp32) add(o, "--moe-router-dtype", std::string("fp32"));
   if (m.shared_expert_ffn_hidden_size > 0)
     add(o, "--moe-shared-expert-intermediate-size", m.shared_expert_ffn_hidden_size);
   if (m.shared_expert_gate) add(o, "--moe-shared-expert-gate");
@@ -838,6 +840,10 @@ Result<ImportedJob> import_megatron_flags(std::string_view text, const spec::Mod
     out.training.moe_dispatcher = f.string("--moe-token-dispatcher-type").value_or("allgather") == "alltoall"
                                       ? spec::MoeDispatcher::kAllToAll
                                       : spec::MoeDispatcher::kAllGather;
+  // The router's dtype (absent: the activation dtype).
+  MIST_TRY(auto router_dtype, f.choice("--moe-router-dtype", {"fp32", "fp64"}));
+  if (router_dtype == "fp64") return fail("--moe-router-dtype", "fp64 routing is not modelled (fp32 or the activation dtype)");
+  if (m.is_moe()) out.training.moe_router_fp32 = router_dtype.has_value();
   // Token dropping (TransformerConfig's checks at d98e8a64: a negative factor means none; padding
   // needs a factor).
   MIST_TRY(auto capacity, f.number("--moe-expert-capacity-factor", -1e9, 64));

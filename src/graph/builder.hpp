@@ -90,7 +90,9 @@ int norm(LayerBuilder& B, const std::string& name, int x, spec::Norm kind, const
 int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_features, Expr out, Expr bias,
                   bool owns_weight = true, bool shares_input = false);
 int row_linear(LayerBuilder& B, const std::string& name, int x, Expr in, bool bias);
-int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr in, Expr out, bool bias = false);
+// `out_bytes`: bytes per output element (0: the activation dtype; Megatron's router in fp32: 4).
+int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr in, Expr out, bool bias = false,
+                      int out_bytes = 0);
 int residual_add(LayerBuilder& B, const std::string& name, int x, int y);
 // Under FP8 training (LoweringOptions::fp8), makes linear `op` (input x) an FP8 linear: Op::fp8,
 // its cast traffic, and with Transformer Engine its input kept for backward as an FP8 copy.

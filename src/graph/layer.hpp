@@ -248,6 +248,10 @@ struct LoweringOptions {
   // local experts, and reduce-scatters the experts' output back (expert_parallel or
   // expert_tensor_parallel: the collectives exist).
   bool moe_allgather = false;
+  // Megatron's --moe-router-dtype fp32: the router's logits, the routing probabilities and every
+  // copy of them the dispatcher makes are fp32 (4 bytes) instead of the activation dtype; GELU
+  // experts multiply their activation by them in fp32 and cast back.
+  bool moe_router_fp32 = false;
   // Context parallelism (Megatron-Core's p2p ring, torchtitan's ring attention): every token-wise op
   // sees s/cp tokens (symbol cp), the attention's local queries attend to all s keys, whose blocks
   // travel around the CP ring.

@@ -114,10 +114,11 @@ int column_linear(LayerBuilder& B, const std::string& name, int x, Expr in_featu
 // A linear in -> out with its weight (and bias) whole on every GPU (the MoE router and the shared
 // expert's gate; latent attention's down projections), on the rank's own tokens (its sequence
 // shard under sequence parallelism: no collective); keeps its input.
-int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr in, Expr out, bool bias) {
+int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr in, Expr out, bool bias, int out_bytes) {
   const auto& o = B.o_;
   const Expr local = sb(o) / region(o);
-  int y = B.tensor(name + ".out", local * out * w(o));
+  const Expr ow = out_bytes > 0 ? Expr(static_cast<double>(out_bytes)) : w(o);
+  int y = B.tensor(name + ".out", local * out * ow);
   Op& op = B.op(name, OpKind::kLinear, {x}, {y}, {x});
   op.params = in * out + (bias ? out : Expr(0.0));
   op.is_gemm = true;
@@ -125,7 +126,7 @@ int replicated_linear(LayerBuilder& B, const std::string& name, int x, Expr in, 
   op.fwd_flops = 2 * local * in * out;
   op.bwd_flops = 2 * op.fwd_flops;
   op.bytes_read = local * in * w(o) + op.params * w(o);
-  op.bytes_written = local * out * w(o);
+  op.bytes_written = local * out * ow;
   return y;
 }
 
@@ -794,6 +795,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.moe_load = training.moe_load_factor();
   o.moe_load_padded = training.moe_pad_to_capacity;
   o.moe_allgather = training.moe_dispatcher == spec::MoeDispatcher::kAllGather;
+  o.moe_router_fp32 = training.moe_router_fp32;
   o.mtp_layers = static_cast<int>(training.mtp_layers);
   o.recompute_modules = training.recompute_modules;
   o.te_cross_entropy = training.cross_entropy_fusion == spec::CrossEntropyFusion::kTe;

@@ -13,6 +13,10 @@ namespace mist::graph::detail {
 
 namespace {
 
+// Bytes of a routing probability: the router's dtype (Megatron's --moe-router-dtype fp32), else the
+// activation dtype.
+Expr pw(const LoweringOptions& o) { return o.moe_router_fp32 ? Expr(4.0) : w(o); }
+
 // The GEMMs of this rank's `experts` local experts in one grouped GEMM, `tokens` rows in all
 // (tokens / experts each under balanced routing); the weights are expert parameters. `bias`: each
 // local expert's bias (gpt-oss), added in the GEMM's epilogue.
@@ -61,19 +65,32 @@ int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_by
 // (`intermediate_parallel * permuted_probs`), which keeps both factors. Returns the product.
 int weighted_gelu(LayerBuilder& B, int fc1, int row_probs, const Expr& rows, const Expr& act) {
   const auto& o = B.o_;
+  const bool promoted = o.moe_router_fp32 && o.act_bytes != 4;  // bf16 × fp32 probabilities: an fp32 product
   int g = B.tensor("moe.experts.gelu.out", act * w(o));
   Op& gelu = B.op("moe.experts.gelu", OpKind::kGelu, {fc1}, {g}, {fc1});
   gelu.fwd_flops = 8 * act;
   gelu.bwd_flops = 12 * act;
   gelu.bytes_read = act * w(o);
   gelu.bytes_written = act * w(o);
-  int y = B.tensor("moe.experts.weight.out", act * w(o));
+  int y = B.tensor("moe.experts.weight.out", act * (promoted ? Expr(4.0) : w(o)));
   Op& mul = B.op("moe.experts.weight", OpKind::kSwiGlu, {g, row_probs}, {y}, {g, row_probs});
   mul.fwd_flops = act;
   mul.bwd_flops = 3 * act;  // the input's gradient, and each row's dot product for its probability
-  mul.bytes_read = act * w(o) + rows * w(o);
-  mul.bytes_written = act * w(o);
-  return y;
+  mul.bytes_read = act * w(o) + rows * pw(o);
+  mul.bytes_written = act * (promoted ? Expr(4.0) : w(o));
+  if (!promoted) return y;
+  // Autograd's MulBackward in fp32: the input's gradient grad·p (cast back by the engine) and the
+  // product grad·x that the probabilities' gradient sums, both fp32 and alive together.
+  mul.bwd_temporaries = {B.tensor("moe.experts.weight.grad_x_fp32", act * 4, false),
+                         B.tensor("moe.experts.weight.grad_p_fp32", act * 4, false)};
+  // `.to(original_dtype)`: the product cast back for fc2; its backward casts the gradient to fp32.
+  int y16 = B.tensor("moe.experts.weight_cast.out", act * w(o));
+  Op& cast = B.op("moe.experts.weight_cast", OpKind::kCast, {y}, {y16}, {});
+  cast.fwd_flops = Expr(0.0);
+  cast.bwd_flops = act;
+  cast.bytes_read = act * 4;
+  cast.bytes_written = act * w(o);
+  return y16;
 }
 
 // The rank's local experts on their `rows` routed rows (grouped fc1, the probability-weighted
@@ -100,7 +117,7 @@ int experts(LayerBuilder& B, int tokens, int row_probs, const Expr& rows, const 
     Op& op = B.op("moe.experts.swiglu", OpKind::kSwiGlu, {fc1, row_probs}, {y}, {fc1, row_probs});
     op.fwd_flops = 5 * act;
     op.bwd_flops = 10 * act;
-    op.bytes_read = 2 * act * w(o) + rows * w(o);
+    op.bytes_read = 2 * act * w(o) + rows * pw(o);
     op.bytes_written = act * w(o);
   } else {
     y = weighted_gelu(B, fc1, row_probs, rows, act);
@@ -137,7 +154,7 @@ int allgather_experts(LayerBuilder& B, int x, int probs, int routing_map, const 
                              grad);
     };
     map = gather("moe.gather_routing_map", map, G * E, false);  // under no_grad
-    p = gather("moe.gather_probs", p, G * E * w(o), true);
+    p = gather("moe.gather_probs", p, G * E * pw(o), true);
     tokens = gather("moe.gather_tokens", tokens, G * s.h * w(o), true);
     B.make_external(tokens);
   }
@@ -146,11 +163,11 @@ int allgather_experts(LayerBuilder& B, int x, int probs, int routing_map, const 
   Op& lm = B.op("moe.local_map", OpKind::kCopy, {map}, {local_map}, {});
   lm.fwd_flops = lm.bwd_flops = Expr(0.0);
   lm.bytes_read = lm.bytes_written = cols;
-  int local_probs = B.tensor("moe.local_probs.out", cols * w(o));
+  int local_probs = B.tensor("moe.local_probs.out", cols * pw(o));
   Op& lp = B.op("moe.local_probs", OpKind::kCopy, {p}, {local_probs}, {});
   lp.fwd_flops = Expr(0.0);
   lp.bwd_flops = G * E;  // the gradient written into zeros of the gathered probabilities' shape
-  lp.bytes_read = lp.bytes_written = cols * w(o);
+  lp.bytes_read = lp.bytes_written = cols * pw(o);
   // Permutation: the local map transposed and argsorted (int64 over every entry), each row's token
   // kept (the argsort's first rows entries modulo G), the rows copied out (index_select).
   int indices = B.tensor("moe.permute.indices", rows * 8, false);
@@ -165,15 +182,15 @@ int allgather_experts(LayerBuilder& B, int x, int probs, int routing_map, const 
   perm.bytes_written = cols * 9 + rows * (s.h * w(o) + 8);
   // The rows' probabilities: probsᵀ made contiguous, masked_select by the transposed local map;
   // autograd keeps both.
-  int probs_t = B.tensor("moe.probs_select.probs_t", cols * w(o), false);
+  int probs_t = B.tensor("moe.probs_select.probs_t", cols * pw(o), false);
   int mask_t = B.tensor("moe.probs_select.mask_t", cols, false);
-  int row_probs = B.tensor("moe.probs_select.out", rows * w(o));
+  int row_probs = B.tensor("moe.probs_select.out", rows * pw(o));
   Op& sel = B.op("moe.probs_select", OpKind::kCopy, {local_probs, local_map}, {row_probs, probs_t, mask_t},
                  {probs_t, mask_t});
   sel.fwd_flops = Expr(0.0);
   sel.bwd_flops = cols;  // masked_scatter into zeros, transposed back
-  sel.bytes_read = cols * (w(o) + 1) + cols * w(o);
-  sel.bytes_written = cols * (w(o) + 1) + rows * w(o);
+  sel.bytes_read = cols * (pw(o) + 1) + cols * pw(o);
+  sel.bytes_written = cols * (pw(o) + 1) + rows * pw(o);
 
   int back = experts(B, permuted, row_probs, rows, local_experts, m);
 
@@ -223,11 +240,11 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
 
   // Router (TopKRouter): a replicated h -> E linear on the rank's own tokens in the activation
   // dtype (moe_router_dtype unset), keeping its input; with linear_bias (gpt-oss) a bias per expert.
-  int logits = replicated_linear(B, "moe.router", x, S().h, E, m.linear_bias);
+  int logits = replicated_linear(B, "moe.router", x, S().h, E, m.linear_bias, o.moe_router_fp32 ? 4 : 0);
 
   // Top-k, then a softmax over the k chosen logits in fp32 (kept), scattered into dense [T, E]
   // probabilities and a boolean routing map; the scatter keeps its int64 indices.
-  int probs = B.tensor("moe.topk.probs", local * E * w(o));
+  int probs = B.tensor("moe.topk.probs", local * E * pw(o));
   int routing_map = B.tensor("moe.topk.routing_map", local * E, false);
   int softmax_k = B.tensor("moe.topk.softmax", local * k * 4, false);
   int topk_index = B.tensor("moe.topk.indices", local * k * 8, false);
@@ -235,15 +252,15 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
                   {softmax_k, topk_index});
   topk.fwd_flops = 5 * local * k + local * E;
   topk.bwd_flops = 3 * local * k;
-  topk.bytes_read = local * E * w(o);
-  topk.bytes_written = local * (E * (w(o) + 1) + k * 12);
+  topk.bytes_read = local * E * pw(o);
+  topk.bytes_written = local * (E * (pw(o) + 1) + k * 12);
   // Load-balancing loss (aux_loss, as the recipes set --moe-aux-loss-coeff > 0): a softmax of all
   // E logits in fp32, kept for backward.
   int aux_scores = B.tensor("moe.aux_loss.scores", local * E * 4, false);
   Op& aux = B.op("moe.aux_loss", OpKind::kSoftmax, {logits}, {aux_scores}, {aux_scores});
   aux.fwd_flops = 5 * local * E;
   aux.bwd_flops = 3 * local * E;
-  aux.bytes_read = local * E * w(o);
+  aux.bytes_read = local * E * pw(o);
   aux.bytes_written = local * E * 4;
 
   // The expert grid (parallel folding): the E experts are split over the ep ranks of the
@@ -272,20 +289,20 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   // measured on the CPU executor (2026-12-03; local·k·16 before).
   int indices = B.tensor("moe.permute.indices", local * (E + k) * 8, false);
   int permuted = B.tensor("moe.permute.out", routed * s.h * w(o));
-  int permuted_probs = B.tensor("moe.permute.probs", routed * w(o));
+  int permuted_probs = B.tensor("moe.permute.probs", routed * pw(o));
   Op& perm = B.op("moe.permute", OpKind::kCopy, {x, probs, routing_map}, {permuted, permuted_probs, indices},
                   {indices});
   perm.fwd_flops = Expr(0.0);
   perm.bwd_flops = routed * s.h;  // the gradient scattered back and summed per token
   perm.bytes_read = routed * s.h * w(o);
-  perm.bytes_written = routed * (s.h * w(o) + w(o) + 16);
+  perm.bytes_written = routed * (s.h * w(o) + pw(o) + 16);
 
   int tokens = permuted, row_probs = permuted_probs;
   if (o.expert_parallel) {
     const TpComm a2a{CommKind::kAllToAll, received * s.h * w(o), CommGroup::kExpert};
-    const TpComm a2a_probs{CommKind::kAllToAll, received * w(o), CommGroup::kExpert};
+    const TpComm a2a_probs{CommKind::kAllToAll, received * pw(o), CommGroup::kExpert};
     tokens = dispatcher_comm(B, "moe.dispatch_a2a", tokens, received * s.h * w(o), a2a, a2a);
-    row_probs = dispatcher_comm(B, "moe.dispatch_a2a_probs", row_probs, received * w(o), a2a_probs, a2a_probs);
+    row_probs = dispatcher_comm(B, "moe.dispatch_a2a_probs", row_probs, received * pw(o), a2a_probs, a2a_probs);
   }
   if (o.expert_tensor_parallel) {
     auto gather = [&](const std::string& name, int in, Expr full) {
@@ -293,7 +310,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
                              {CommKind::kReduceScatter, full, CommGroup::kExpertTp});
     };
     tokens = gather("moe.dispatch_gather", tokens, rows * s.h * w(o));
-    row_probs = gather("moe.dispatch_gather_probs", row_probs, rows * w(o));
+    row_probs = gather("moe.dispatch_gather_probs", row_probs, rows * pw(o));
   }
   // sort_chunks_by_idxs (more than one local expert): the rows regrouped expert-major, a copy.
   auto sort_chunks = [&](const std::string& name, int in, Expr bytes) {
@@ -308,7 +325,7 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   const bool sort = m.num_experts > 1 && !o.one_local_expert;
   if (sort) {
     tokens = sort_chunks("moe.sort_chunks", tokens, rows * s.h * w(o));
-    row_probs = sort_chunks("moe.sort_chunks_probs", row_probs, rows * w(o));
+    row_probs = sort_chunks("moe.sort_chunks_probs", row_probs, rows * pw(o));
   }
   int back = experts(B, tokens, row_probs, rows, local_experts, m);
   if (sort) back = sort_chunks("moe.unsort_chunks", back, rows * s.h * w(o));

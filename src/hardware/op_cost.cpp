@@ -84,10 +84,11 @@ std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spe
   // reads the output gradient and the saved inputs and writes the input gradient, about twice,
   // except a copy's (a permutation, a gather, a layout change), which moves the gradient back the
   // way the rows came: the same bytes (Megatron's MoE permute and unpermute are each other's
-  // backward, sort_chunks_by_idxs its own with the inverse order).
+  // backward, sort_chunks_by_idxs its own with the inverse order), and a cast's, which casts the
+  // gradient back: the same bytes the other way.
   // An eager decomposition runs its steps as separate kernels: the traffic split among them.
   const double bytes = value(op.bytes_read) + value(op.bytes_written);
-  const double bwd_scale = op.kind == graph::OpKind::kCopy ? 1.0 : 2.0;
+  const double bwd_scale = op.kind == graph::OpKind::kCopy || op.kind == graph::OpKind::kCast ? 1.0 : 2.0;
   const int n = std::max(1, op.stream_kernels);
   if (bytes > 0)
     for (int i = 0; i < n; ++i) out.push_back(StreamKernel{(bwd ? bwd_scale * bytes : bytes) / n, flops / n});

@@ -220,6 +220,7 @@ Result<void> validate_training(const spec::ModelSpec& m, const spec::ClusterSpec
   if (!m.is_moe() && t.moe_routing_stated())
     return fail(t.moe_capacity_factor > 0                          ? "training.moe_capacity_factor"
                 : t.moe_dispatcher != spec::MoeDispatcher::kAllToAll ? "training.moe_token_dispatcher"
+                : t.moe_router_fp32                                  ? "training.moe_router_dtype"
                                                                      : "training.moe_load_imbalance",
                 fmt::format("describes how a mixture of experts routes its tokens; {} has no experts", m.name));
   if (const uint32_t moe = t.recompute_modules & (spec::kRecomputeMoe | spec::kRecomputeMoeAct |

@@ -49,7 +49,7 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
   MIST_SPEC_CHECK(f.reject_unknown({"global_batch_size", "seq_length", "precision", "fp8_recipe", "optimizer",
                                     "flash_attention", "dropout", "grad_dtype", "compile", "compile_loss",
                                     "fp8_param_gather", "moe_load_imbalance", "moe_capacity_factor",
-                                    "moe_pad_to_capacity", "moe_token_dispatcher", "mtp_layers",
+                                    "moe_pad_to_capacity", "moe_token_dispatcher", "moe_router_dtype", "mtp_layers",
                                     "recompute_modules", "cross_entropy_fusion"}));
   TrainingSpec t;
   MIST_TRY(t.global_batch_size, f.integer("global_batch_size", 1, kMaxGlobalBatch));
@@ -74,6 +74,10 @@ Result<TrainingSpec> training_from_json(const Json& j, const std::string& what) 
     return fail(f.field_path("moe_pad_to_capacity"), "pads each expert to its capacity: it needs \"moe_capacity_factor\"");
   MIST_TRY(std::string dispatcher, f.choice_or("moe_token_dispatcher", "alltoall", {"alltoall", "allgather"}));
   t.moe_dispatcher = dispatcher == "allgather" ? MoeDispatcher::kAllGather : MoeDispatcher::kAllToAll;
+  if (f.has("moe_router_dtype")) {
+    MIST_TRY(std::string router, f.choice("moe_router_dtype", {"fp32"}));  // left out: the activation dtype
+    t.moe_router_fp32 = router == "fp32";
+  }
   MIST_TRY(t.mtp_layers, f.integer_or("mtp_layers", 0, 0, kMaxMtpLayers));
   MIST_TRY(std::string ce, f.choice_or("cross_entropy_fusion", "none", {"none", "native", "te"}));
   t.cross_entropy_fusion = ce == "te"       ? CrossEntropyFusion::kTe
@@ -136,6 +140,7 @@ Json training_to_json(const TrainingSpec& t) {
   if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
   if (t.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
   if (t.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_token_dispatcher"] = to_string(t.moe_dispatcher);
+  if (t.moe_router_fp32) j["moe_router_dtype"] = "fp32";
   if (t.mtp_layers > 0) j["mtp_layers"] = t.mtp_layers;
   if (t.recompute_modules != kRecomputeCoreAttn) j["recompute_modules"] = recompute_module_names(t.recompute_modules);
   if (t.cross_entropy_fusion != CrossEntropyFusion::kNone) j["cross_entropy_fusion"] = to_string(t.cross_entropy_fusion);

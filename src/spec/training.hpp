@@ -79,6 +79,10 @@ struct TrainingSpec {
   // "moe_token_dispatcher": "alltoall" (the default: what the published MoE recipes run) or
   // "allgather" (Megatron-LM's default): graph::LoweringOptions::moe_allgather.
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // "moe_router_dtype": "fp32" (Megatron-LM's --moe-router-dtype fp32, which Megatron-Bridge sets for
+  // DeepSeek, Qwen3-MoE, GLM and Kimi): the router's logits and the routing probabilities in fp32;
+  // left out, the activation dtype (graph::LoweringOptions::moe_router_fp32).
+  bool moe_router_fp32 = false;
   // Multi-token prediction depths trained beside the next-token loss (DeepSeek-V3's MTP modules;
   // Megatron-LM's --mtp-num-layers): each a projection of the next token's embedding and the
   // hidden state, one more block of the model's last kind and the shared LM head's loss, on the
@@ -96,7 +100,8 @@ struct TrainingSpec {
   // the capacity factor (exactly the factor when padded to it).
   double moe_load_factor() const;
   bool moe_routing_stated() const {
-    return moe_load_imbalance != 1.0 || moe_capacity_factor > 0 || moe_dispatcher != MoeDispatcher::kAllToAll;
+    return moe_load_imbalance != 1.0 || moe_capacity_factor > 0 || moe_dispatcher != MoeDispatcher::kAllToAll ||
+           moe_router_fp32;
   }
   bool operator==(const TrainingSpec&) const = default;
 };

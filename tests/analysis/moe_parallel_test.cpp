@@ -227,6 +227,53 @@ TEST(MoeParallel, RoutingFieldsAreRefusedWhereTheyCannotApply) {
   EXPECT_EQ(spec::training_to_json(*parsed).at("moe_token_dispatcher"), "allgather");
 }
 
+// Megatron's --moe-router-dtype fp32 (training.moe_router_dtype): the router's logits, the
+// probabilities and every copy the dispatcher makes of them take 4 bytes an element; SwiGLU experts
+// keep their probabilities in fp32 (the fused weighted SwiGLU casts inside), GELU experts multiply
+// in fp32 and cast back (an fp32 product and the cast's output), and a dense model refuses it.
+TEST(MoeParallel, RouterDtypeFp32WidensTheProbabilities) {
+  const auto c = cluster("H100-SXM5-80GB", 1, 8);
+  auto t = mist::testing::training(8, 4096, spec::Dtype::kBf16, true, false, spec::Dtype::kBf16);
+  auto t32 = t;
+  t32.moe_router_fp32 = true;
+  auto m = *spec::catalog_model("mixtral-8x7b");
+  auto p = plan::uniform_plan(m, 8, 1, 1, 1, 1, {});
+  p.ep = 8;
+  auto bytes = [&](const spec::ModelSpec& model, const spec::TrainingSpec& tr, const std::string& name) {
+    auto job = *PreparedJob::create(model, c, tr);
+    const auto* lowering = *job.lowering(p);
+    sym::Bindings b = lowering->model.dims;
+    b["b"] = 1;
+    bind_parallel_degrees(b, p);
+    for (const auto& x : lowering->model.block.tensors)
+      if (x.name == name) return sym::evaluate_or_zero(x.bytes, b);
+    return -1.0;
+  };
+  for (const char* name : {"moe.router.out", "moe.topk.probs", "moe.permute.probs", "moe.dispatch_a2a_probs.out"})
+    EXPECT_DOUBLE_EQ(bytes(m, t32, name), 2 * bytes(m, t, name)) << name;
+  EXPECT_EQ(bytes(m, t32, "moe.experts.weight_cast.out"), -1.0);  // SwiGLU: no product of its own
+  auto gelu = m;
+  gelu.mlp = spec::Mlp::kGelu;
+  const double rows = 4096.0 * 2, act = rows * 14336;  // 4096 tokens, top 2, balanced, one local expert
+  EXPECT_DOUBLE_EQ(bytes(gelu, t32, "moe.experts.weight.out"), act * 4);
+  EXPECT_DOUBLE_EQ(bytes(gelu, t32, "moe.experts.weight_cast.out"), act * 2);
+  EXPECT_DOUBLE_EQ(bytes(gelu, t, "moe.experts.weight.out"), act * 2);
+  EXPECT_EQ(bytes(gelu, t, "moe.experts.weight_cast.out"), -1.0);
+
+  auto parsed = spec::training_from_json(
+      Json{{"global_batch_size", 8}, {"seq_length", 64}, {"moe_router_dtype", "fp32"}}, "training");
+  ASSERT_TRUE(parsed) << parsed.error().to_string();
+  EXPECT_TRUE(parsed->moe_router_fp32);
+  EXPECT_EQ(spec::training_to_json(*parsed).at("moe_router_dtype"), "fp32");
+  EXPECT_FALSE(spec::training_to_json(t).contains("moe_router_dtype"));
+  mist::testing::expect_error(
+      spec::training_from_json(Json{{"global_batch_size", 8}, {"seq_length", 64}, {"moe_router_dtype", "fp64"}},
+                               "training"),
+      "training.moe_router_dtype", "fp32");
+  mist::testing::expect_error(plan::validate_training(*spec::catalog_model("llama3-8b"), c, t32),
+                              "training.moe_router_dtype", "no experts");
+}
+
 // A dense model refuses expert degrees, naming the field.
 TEST(MoeParallel, DenseModelsHaveNoExpertGrid) {
   const auto m = *spec::catalog_model("llama3-8b");

@@ -77,6 +77,28 @@ TEST(MoeExport, GeluExpertsLeaveSwigluOutAndRefuseIt) {
   EXPECT_TRUE(import_megatron_flags(command(r2->exported->options), swiglu, cluster(2, 8)));
 }
 
+// The router's dtype: written for fp32 (Megatron-LM's --moe-router-dtype), read back; fp64 refused.
+TEST(MoeExport, RouterDtypeRoundTrips) {
+  const auto m = model("mixtral-8x7b");
+  auto t = training(128, 4096);
+  t.moe_router_fp32 = true;
+  auto r = export_plan(Engine::kMegatron, {m, cluster(2, 8), t, mixtral_plan(), {}});
+  ASSERT_TRUE(r && r->exported);
+  EXPECT_EQ(value(r->exported->options, "--moe-router-dtype"), "fp32");
+  auto back = import_megatron_flags(command(r->exported->options), m, cluster(2, 8));
+  ASSERT_TRUE(back) << back.error().to_string();
+  ASSERT_TRUE(back->training.moe_router_fp32.has_value());
+  EXPECT_TRUE(*back->training.moe_router_fp32);
+  auto plain = export_plan(Engine::kMegatron, {m, cluster(2, 8), training(128, 4096), mixtral_plan(), {}});
+  ASSERT_TRUE(plain && plain->exported);
+  EXPECT_FALSE(value(plain->exported->options, "--moe-router-dtype").has_value());
+  auto read = import_megatron_flags(command(plain->exported->options), m, cluster(2, 8));
+  ASSERT_TRUE(read);
+  EXPECT_FALSE(read->training.moe_router_fp32.value_or(true));
+  expect_error(import_megatron_flags(command(r->exported->options) + " --moe-router-dtype fp64", m, cluster(2, 8)),
+               "--moe-router-dtype", "fp64");
+}
+
 TEST(MoeExport, CapacityFactorRoundTrips) {
   const auto m = model("mixtral-8x7b");
   auto t = training(128, 4096);

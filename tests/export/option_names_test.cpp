@@ -45,6 +45,7 @@ const std::set<std::string> kMegatronNames{
     "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-grouped-gemm",
     "--moe-token-dispatcher-type", "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size",
     "--moe-shared-expert-gate", "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
+    "--moe-router-dtype",  // TransformerConfig.moe_router_dtype (transformer_config.py:811)
     // Qwen3's attention: TransformerConfig's kv_channels and qk_layernorm (transformer_config.py:184, :259).
     "--kv-channels", "--qk-layernorm",
     // gpt-oss: arguments.py:2384-2393 (window), TransformerConfig softmax_type :170, glu_linear_offset
