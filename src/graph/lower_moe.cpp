@@ -62,7 +62,8 @@ int dispatcher_comm(LayerBuilder& B, const std::string& name, int x, Expr out_by
 // The activation of GELU experts as TEGroupedMLP runs it without a fused kernel
 // (megatron/core/transformer/moe/experts.py at d98e8a64, bias_act_func's last branch):
 // F.gelu(fc1's output), which keeps its input, then the product with each row's probability
-// (`intermediate_parallel * permuted_probs`), which keeps both factors. Returns the product.
+// (`intermediate_parallel * permuted_probs`), which keeps both factors. Returns the product (with
+// fp32 probabilities under a bf16 or fp16 activation, the product cast back to it).
 int weighted_gelu(LayerBuilder& B, int fc1, int row_probs, const Expr& rows, const Expr& act) {
   const auto& o = B.o_;
   const bool promoted = o.moe_router_fp32 && o.act_bytes != 4;  // bf16 × fp32 probabilities: an fp32 product
