@@ -73,8 +73,10 @@ class Block final : public LayerBase {
   at::Tensor moe(at::Tensor x);
   // Its routed experts behind the all-to-all dispatcher, or the all-gather one, whose gathered
   // tokens live in gather_buffer_ (Megatron's global memory buffer, outside the activations).
-  at::Tensor moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map);
-  at::Tensor moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map);
+  // `held`: what MoELayer.forward's locals keep referenced until it returns (moe releases them
+  // after the shared expert's add).
+  at::Tensor moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map, std::vector<at::Tensor>& held);
+  at::Tensor moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map, std::vector<at::Tensor>& held);
   // The rank's experts on their rows: grouped fc1, the weighted SwiGLU, grouped fc2.
   at::Tensor experts(at::Tensor rows, at::Tensor row_probs);
   // The experts' probability-weighted activation of fc1's output: SwiGLU, or GELU then the product.

@@ -630,18 +630,21 @@ at::Tensor Block::moe(at::Tensor x) {
   auto logits = ops::linear(x, router_, id("moe.router"));
   auto [probs, map] = ops::moe_topk(logits, moe_, id("moe.topk"));
   probs = ops::moe_aux_loss(std::move(logits), std::move(probs), moe_, id("moe.aux_loss"));
-  at::Tensor out = moe_.allgather ? moe_allgather(std::move(x), std::move(probs), std::move(map))
-                                  : moe_alltoall(std::move(x), std::move(probs), std::move(map));
-  if (!shared.defined()) return out;
-  return ops::add(std::move(out), std::move(shared), id("moe.add_shared"));
+  std::vector<at::Tensor> held;  // custom_forward's locals, released as it returns
+  at::Tensor out = moe_.allgather ? moe_allgather(std::move(x), std::move(probs), std::move(map), held)
+                                  : moe_alltoall(std::move(x), std::move(probs), std::move(map), held);
+  if (shared.defined()) out = ops::add(std::move(out), std::move(shared), id("moe.add_shared"));
+  held.clear();
+  return out;
 }
 
-at::Tensor Block::moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map) {
+at::Tensor Block::moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map, std::vector<at::Tensor>& held) {
   const int64_t s = x.size(0), b = x.size(1);
   auto permuted = ops::moe_permute(std::move(x), std::move(probs), std::move(map), run_.moe_full_argsort,
                                    id("moe.permute"));
   at::Tensor rows = std::move(permuted[0]), row_probs = std::move(permuted[1]), indices = std::move(permuted[2]);
   permuted.clear();
+  held.push_back(rows);  // `hidden_states`, rebound to the permuted tokens
   using ops::RowMove;
   auto relay = [&](at::Tensor& t, RowMove how, const char* name) {
     t = ops::moe_rows(std::move(t), how, moe_, id(name));
@@ -649,7 +652,9 @@ at::Tensor Block::moe_alltoall(at::Tensor x, at::Tensor probs, at::Tensor map) {
   if (moe_.ep > 1) {
     relay(rows, RowMove::kAllToAll, "moe.dispatch_a2a");
     relay(row_probs, RowMove::kAllToAll, "moe.dispatch_a2a_probs");
+    held.push_back(rows);  // `dispatched_input`
   }
+  held.push_back(row_probs);  // `probs`, rebound to the dispatched probabilities
   if (moe_.etp > 1) {
     relay(rows, RowMove::kGather, "moe.dispatch_gather");
     relay(row_probs, RowMove::kGather, "moe.dispatch_gather_probs");
@@ -689,7 +694,7 @@ at::Tensor Block::experts(at::Tensor rows, at::Tensor row_probs) {
   return out;
 }
 
-at::Tensor Block::moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map) {
+at::Tensor Block::moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map, std::vector<at::Tensor>& held) {
   const int64_t s = x.size(0), b = x.size(1), h = x.size(2);
   const bool gather = moe_.ep > 1 || moe_.etp > 1;
   const int64_t G = moe_.etp * moe_.ep * s * b;
@@ -703,6 +708,7 @@ at::Tensor Block::moe_allgather(at::Tensor x, at::Tensor probs, at::Tensor map) 
     tokens = x.view({s * b, h});
     x.reset();
   }
+  held.push_back(probs);  // `probs`, rebound by dispatch to the gathered probabilities
   auto local_map = ops::moe_local_columns(std::move(map), moe_, id("moe.local_map"));
   auto local_probs = ops::moe_local_columns(std::move(probs), moe_, id("moe.local_probs"));
   auto permuted = ops::moe_permute_gathered(std::move(tokens), local_map, id("moe.permute"));

@@ -312,8 +312,10 @@ Result<BlockPrediction> predict_block(const BlockRun& r) {
       out.peak += v;
     }
   MIST_TRY(out.forward_peak, eval(M.block.input + M.block.fwd_peak, "forward_peak"));
-  MIST_TRY(out.backward_peak,
-           eval(r.checkpoint == CM::kSelective ? M.block.bwd_peak_selective : M.block.bwd_peak, "backward_peak"));
+  MIST_TRY(out.backward_peak, eval(r.checkpoint == CM::kSelective ? M.block.bwd_peak_selective
+                                    : r.checkpoint == CM::kFull    ? M.block.bwd_peak_recomputed
+                                                                   : M.block.bwd_peak,
+                                    "backward_peak"));
   return out;
 }
 

@@ -41,6 +41,10 @@ class LayerBuilder {
   }
   const Expr& bytes(int id) const { return layer_.tensors[id].bytes; }
   void make_external(int id) { layer_.tensors[id].external = true; }  // Tensor::external
+  // The tensors stay referenced until the last op made so far has run (Tensor::held_until).
+  void hold_to_last_op(const std::vector<int>& ids) {
+    for (int id : ids) layer_.tensors[id].held_until = static_cast<int>(layer_.ops.size()) - 1;
+  }
   Op& last_op() { return layer_.ops.back(); }
   size_t op_count() const { return layer_.ops.size(); }
   size_t tensor_count() const { return layer_.tensors.size(); }

@@ -78,6 +78,11 @@ struct Tensor {
   // all-gather dispatcher gathers the tokens into): the layer never allocates it; its gradient is
   // the layer's. Layer::external_bytes sizes the buffer.
   bool external = false;
+  // A local variable of the module's Python forward keeps it referenced after its last reader: its
+  // storage is freed no earlier than after op `held_until` (MoELayer.forward's custom_forward keeps
+  // the permuted tokens and the all-to-all's output until it returns). -1: freed after its last
+  // reader.
+  int held_until = -1;
 };
 
 // Shape of a (batched) matrix multiply C[m×n] = A[m×k]·B[k×n], for GEMM efficiency models.

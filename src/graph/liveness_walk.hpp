@@ -193,6 +193,12 @@ struct Walk {
         if (!is_view(t) && saved_outside(run_first(i), run_last(i), storage(t)))
           last_use[storage(t)] = std::max(last_use[storage(t)], std::min(op.restore_at, last));
     }
+    // A tensor a module's Python local keeps (Tensor::held_until) lives until that op, or the end
+    // of the region replayed.
+    for (int i = first; i <= last; ++i)
+      for (int t : L.ops[i].outputs)
+        if (!is_view(t) && L.tensors[t].held_until > i)
+          last_use[t] = std::max(last_use[t], std::min(L.tensors[t].held_until, last));
     std::set<int> live = cached;
     for (int i = first; i <= last; ++i) {
       const Op& op = L.ops[i];
@@ -419,11 +425,13 @@ struct Walk {
     for (int j = first; j <= last; ++j)
       for (int t : L.ops[j].saved) region_saved.insert(storage(t));
     const int out = L.ops[last].outputs[0];
-    // Replay: the backward state so far is live underneath.
+    // Replay: the backward state so far is live underneath, outputs restored for it included (the
+    // pre-MLP layernorm's, restored when the gradient reaches the recomputed MoE layer's output).
     std::vector<Expr> under;
     if (!rec) {
       under = B.grads.sizes();
       under.push_back(total(B.live_saved));
+      under.push_back(restored_bytes(B));
     }
     std::set<int> kept;
     forward_steps(first, last, region_saved, storage(out), sym::sum(under), B.steps, &kept, cached);

@@ -139,9 +139,10 @@ int experts(LayerBuilder& B, int tokens, int row_probs, const Expr& rows, const 
 // local map is a transient, only each row's token is kept), selects their probabilities
 // (masked_select, which keeps its input and mask), runs its experts, scatters their rows back
 // into the gathered tokens' order and reduce-scatters that over the group. `rows`: the rows its
-// experts compute, as for the all-to-all dispatcher. Returns the output on the rank's own tokens.
+// experts compute, as for the all-to-all dispatcher. Returns the output on the rank's own tokens;
+// `held`: the (gathered) probabilities, which MoELayer.forward keeps until it returns.
 int allgather_experts(LayerBuilder& B, int x, int probs, int routing_map, const spec::ModelSpec& m, const Expr& local,
-                      const Expr& rows, const Expr& local_experts) {
+                      const Expr& rows, const Expr& local_experts, int& held) {
   const auto& o = B.o_;
   const auto& s = S();
   const Expr E = constant(m.num_experts);
@@ -159,6 +160,7 @@ int allgather_experts(LayerBuilder& B, int x, int probs, int routing_map, const 
     tokens = gather("moe.gather_tokens", tokens, G * s.h * w(o), true);
     B.make_external(tokens);
   }
+  held = p;  // custom_forward's `probs` (rebound by dispatch), kept until it returns
   // The local experts' columns of the routing map and of the probabilities, made contiguous.
   int local_map = B.tensor("moe.local_map.out", cols, false);
   Op& lm = B.op("moe.local_map", OpKind::kCopy, {map}, {local_map}, {});
@@ -279,8 +281,11 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
                                             : routed * sym::min(Expr(o.moe_load), s.ep);
   const Expr rows = s.etp * received;   // rows this rank's expert GEMMs compute
   if (o.moe_allgather) {
-    const int out = allgather_experts(B, x, probs, routing_map, m, local, rows, local_experts);
-    return shared < 0 ? out : residual_add(B, "moe.add_shared", out, shared);
+    int held = -1;  // allgather_experts sets it
+    int out = allgather_experts(B, x, probs, routing_map, m, local, rows, local_experts, held);
+    if (shared >= 0) out = residual_add(B, "moe.add_shared", out, shared);
+    B.hold_to_last_op({held});
+    return out;
   }
 
   // Permutation: the rank's tokens copied once per chosen expert, sorted by expert (index_select);
@@ -305,6 +310,10 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
     tokens = dispatcher_comm(B, "moe.dispatch_a2a", tokens, received * s.h * w(o), a2a, a2a);
     row_probs = dispatcher_comm(B, "moe.dispatch_a2a_probs", row_probs, received * pw(o), a2a_probs, a2a_probs);
   }
+  // MoELayer.forward's custom_forward keeps, until it returns, the permuted tokens (`hidden_states`,
+  // rebound by preprocess), the all-to-all's output (`dispatched_input`) and its probabilities
+  // (`probs`, rebound by dispatch); without expert parallelism the all-to-all returns its input.
+  const std::vector<int> held{permuted, tokens, row_probs};
   if (o.expert_tensor_parallel) {
     auto gather = [&](const std::string& name, int in, Expr full) {
       return dispatcher_comm(B, name, in, full, {CommKind::kAllGather, full, CommGroup::kExpertTp},
@@ -348,7 +357,9 @@ int moe_mlp(LayerBuilder& B, int x, const spec::ModelSpec& m) {
   unperm.bwd_flops = routed * s.h;
   unperm.bytes_read = routed * s.h * w(o);
   unperm.bytes_written = local * s.h * w(o);
-  return shared < 0 ? out : residual_add(B, "moe.add_shared", out, shared);
+  if (shared >= 0) out = residual_add(B, "moe.add_shared", out, shared);
+  B.hold_to_last_op(held);
+  return out;
 }
 
 }  // namespace mist::graph::detail
