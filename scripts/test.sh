@@ -19,8 +19,10 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DMIST_SANITIZE=ON \
         -DMIST_BUILD_BENCH=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
   cmake --build build-asan -j "${JOBS:-2}"
+  # Not sanitized again: the published runs swept through the default path (GroundTruth.*) and the
+  # 1,024-GPU DeepSeek-V3 search, whose code the other tests run sanitized (docs/hardening.md).
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j "${JOBS:-2}"
+    ctest --test-dir build-asan --output-on-failure -j "${JOBS:-2}" -E '^GroundTruth\.|DeepSeekV3On1024H100'
 fi
 if [ "${FUZZ:-1}" != 0 ]; then
   phase "fuzzing"
