@@ -135,7 +135,10 @@ struct Op {
   bool flash2 = false;
   // FP8 training: the op's GEMMs run on FP8 operands; the casts that quantize them move
   // fp8_cast_fwd bytes in forward and fp8_cast_bwd in backward (memory-bound kernels of their own).
+  // fp8_block_scaled: the FP8 GEMMs carry block scales (the blockwise recipe), applied in the main
+  // loop: their own rate on Hopper (hardware::PerfConstants::fp8_block_scaled_rate_sm90).
   bool fp8 = false;
+  bool fp8_block_scaled = false;
   Expr fp8_cast_fwd, fp8_cast_bwd;
   // Megatron's FusedScaleMaskSoftmax (the attention's softmax without flash attention): its fused
   // kernel runs for some shapes only and the others fall back to eager PyTorch
@@ -272,9 +275,12 @@ struct LoweringOptions {
   // the row- and column-wise FP8 copies (4), plus the separate amax pass of current scaling (6).
   // fp8_params: the FP8 linears' weights are FP8 parameters (Megatron's --fp8-param-gather): one
   // byte each, all-gathered in FP8, their row-wise copy the parameter itself.
+  // fp8_block_scaled: the blockwise recipe (1×128 activation and 128×128 weight scales), whose GEMMs
+  // apply the scales inside their main loop (Op::fp8_block_scaled).
   bool fp8 = false;
   bool fp8_keeps_fp8_inputs = false;
   bool fp8_params = false;
+  bool fp8_block_scaled = false;
   int fp8_cast_bytes = 4;
   // Multi-token prediction (Megatron-Core's MultiTokenPredictionBlock, TrainingSpec::mtp_layers):
   // the head also runs this many MTP depths, each an embedding lookup of the tokens shifted by one

@@ -48,6 +48,7 @@ void fp8_linear(LayerBuilder& B, Op& op, int x) {
   const auto& o = B.o_;
   if (!o.fp8) return;
   op.fp8 = true;
+  op.fp8_block_scaled = o.fp8_block_scaled;
   const Expr q = Expr(static_cast<double>(o.fp8_cast_bytes));
   const auto& g = op.gemm;
   // Forward: the GEMM's input (m×k); backward: the output gradient (m×n), each quantized once into
@@ -790,6 +791,7 @@ LoweringOptions lowering_options(const spec::TrainingSpec& training, bool sequen
   o.dropout = training.dropout;
   o.act_bytes = spec::dtype_bytes(training.precision);
   o.fp8 = training.fp8_training();
+  o.fp8_block_scaled = training.fp8 == spec::Fp8Recipe::kBlockwise;
   o.fp8_keeps_fp8_inputs = engine != spec::Engine::kTorchtitan;
   o.fp8_params = o.fp8 && training.fp8_param_gather;
   o.moe_load = training.moe_load_factor();

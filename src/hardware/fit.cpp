@@ -9,7 +9,7 @@ namespace mist::hardware {
 void add_kernel(FitSample& s, const spec::GpuSpec& g, const Kernel& k, const PerfConstants& at) {
   if (const auto* mm = std::get_if<GemmKernel>(&k)) {
     if (mm->empty()) return;
-    const double peak = sustained_matmul_flops(g, mm->dtype);
+    const double peak = sustained_matmul_flops(g, mm->dtype) * block_scaled_rate(g, *mm, at);
     const double work = gemm_effective_flops(g, mm->batch, mm->m, mm->n, mm->k);
     if (gemm_bounds(g, *mm, at).memory_bound()) {
       s.stream_s_at_peak += mm->bytes() / g.mem_bw;

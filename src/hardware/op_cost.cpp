@@ -46,16 +46,17 @@ std::vector<Kernel> op_kernels(const graph::Op& op, const sym::Bindings& at, spe
     if (op.fp8)
       if (const double cast = value(bwd ? op.fp8_cast_bwd : op.fp8_cast_fwd); cast > 0) out.push_back(StreamKernel{cast, 0});
     const spec::Dtype gd = op.fp8 ? spec::Dtype::kFp8 : d;
+    const bool blocks = op.fp8 && op.fp8_block_scaled;
     const double B = value(op.gemm.batch), m = value(op.gemm.m), n = value(op.gemm.n), k = value(op.gemm.k);
     const int streams = op.gemm.streams;
     auto gemm = [&](double gm, double gn, double gk) {
       if (streams <= 0 || B <= streams) {
-        if (const GemmKernel mm{B, gm, gn, gk, gd}; !mm.empty()) out.push_back(mm);
+        if (const GemmKernel mm{B, gm, gn, gk, gd, blocks}; !mm.empty()) out.push_back(mm);
         return;
       }
       // Rounds of `streams` GEMMs running at once (the last may hold fewer).
       for (double left = B; left > 0; left -= streams)
-        if (const GemmKernel mm{std::min<double>(left, streams), gm, gn, gk, gd}; !mm.empty()) out.push_back(mm);
+        if (const GemmKernel mm{std::min<double>(left, streams), gm, gn, gk, gd, blocks}; !mm.empty()) out.push_back(mm);
     };
     if (!bwd) {
       gemm(m, n, k);

@@ -19,6 +19,7 @@ enum class Pass { kForward, kBackward };
 struct GemmKernel {
   double batch = 1, m = 0, n = 0, k = 0;
   spec::Dtype dtype = spec::Dtype::kBf16;
+  bool block_scaled = false;  // FP8 with block scales applied in the main loop (graph::Op::fp8_block_scaled)
   double bytes() const;  // A, B and C once each: what the GEMM moves at least
   bool empty() const { return batch <= 0 || m <= 0 || n <= 0 || k <= 0; }  // a zero dimension: no work
 };

@@ -102,9 +102,14 @@ double wave_utilisation(const spec::GpuSpec& g, double batch, double m, double n
   return tiles / (std::ceil(tiles / g.sm_count) * g.sm_count);
 }
 
+double block_scaled_rate(const spec::GpuSpec& g, const GemmKernel& k, const PerfConstants& c) {
+  const bool hopper = g.compute_capability >= 9.0 && g.compute_capability < 10.0;
+  return k.block_scaled && hopper ? c.fp8_block_scaled_rate_sm90 : 1.0;
+}
+
 GemmBounds gemm_bounds(const spec::GpuSpec& g, const GemmKernel& k, const PerfConstants& c) {
   if (k.empty()) return {};
-  const double rate = achievable_matmul_flops(g, k.dtype, c);
+  const double rate = achievable_matmul_flops(g, k.dtype, c) * block_scaled_rate(g, k, c);
   const double work = gemm_effective_flops(g, k.batch, k.m, k.n, k.k) * (1 + c.gemm_k_overhead / k.k);
   return {work / rate, k.bytes() / (g.mem_bw * c.hbm_efficiency)};
 }

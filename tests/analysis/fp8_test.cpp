@@ -62,6 +62,16 @@ TEST(Fp8, LinearsOfTheBlocksOnly) {
   EXPECT_GT(*sym::evaluate(wq.fp8_cast_fwd, at), 6 * 4096.0 * 4096);  // input casts plus the weight's
 }
 
+// The forward kernels of a block's gate_up linear in `job` under plan `p`, at micro-batch 1.
+std::vector<hardware::Kernel> gate_up_kernels(const PreparedJob& job, const plan::Plan& p) {
+  const auto* L = *job.lowering(p);
+  sym::Bindings at = L->model.dims;
+  at["b"] = 1;
+  at["t"] = 1;
+  return hardware::op_kernels(op_named(L->model.block, "mlp.gate_up"), at, spec::Dtype::kBf16,
+                              hardware::Pass::kForward);
+}
+
 // Time: an FP8 GEMM runs at the FP8 peak at the same achievable fraction, after its casts; the
 // block is faster than in bf16 but less than twice as fast.
 TEST(Fp8, GemmsAtTheFp8RateAfterTheirCasts) {
@@ -74,18 +84,40 @@ TEST(Fp8, GemmsAtTheFp8RateAfterTheirCasts) {
   const auto b = *block_op_times(f8, p, "mlp.gate_up");
   EXPECT_LT(b.fwd, 0.75 * a.fwd);
   EXPECT_GT(b.fwd, 0.5 * a.fwd);
-  const auto* L = *f8.lowering(p);
-  sym::Bindings at = L->model.dims;
-  at["b"] = 1;
-  at["t"] = 1;
-  const auto kernels = hardware::op_kernels(op_named(L->model.block, "mlp.gate_up"), at, spec::Dtype::kBf16,
-                                            hardware::Pass::kForward);
+  const auto kernels = gate_up_kernels(f8, p);
   ASSERT_EQ(kernels.size(), 2u);  // the cast, then the GEMM
   EXPECT_TRUE(std::holds_alternative<hardware::StreamKernel>(kernels[0]));
   EXPECT_EQ(std::get<hardware::GemmKernel>(kernels[1]).dtype, spec::Dtype::kFp8);
   const auto t_bf = *time_of(m, c, bf.training(), p), t_f8 = *time_of(m, c, f8.training(), p);
   EXPECT_LT(t_f8.iteration_time_s, 0.85 * t_bf.iteration_time_s);
   EXPECT_GT(t_f8.iteration_time_s, 0.5 * t_bf.iteration_time_s);
+}
+
+// The blockwise recipe's GEMMs carry block scales, which Hopper applies outside its tensor cores:
+// its GEMM of a linear takes 1/0.755 of the tensorwise one's compute time on H100 (the casts are
+// cheaper: no amax pass), and the same time on B200, whose tensor cores take the scales.
+TEST(Fp8, BlockScaledGemmsRunSlowerOnHopperOnly) {
+  const auto m = *spec::catalog_model("llama3-8b");
+  const auto p = llama_plan(8, 1);
+  auto gemm_s = [&](const char* gpu, spec::Fp8Recipe r, bool& block_scaled) {
+    const auto c = cluster(gpu, 1, 8);
+    const auto kernels = gate_up_kernels(*PreparedJob::create(m, c, fp8(r), {}), p);
+    const auto& g = std::get<hardware::GemmKernel>(kernels.at(1));
+    block_scaled = g.block_scaled;
+    return hardware::gemm_time(c.gpu, g, {}) - hardware::PerfConstants{}.kernel_launch_s;
+  };
+  bool tw = true, bw = false, tw_b = true, bw_b = false;
+  const double h_tensor = gemm_s("H100-SXM5-80GB", spec::Fp8Recipe::kTensorwise, tw);
+  const double h_block = gemm_s("H100-SXM5-80GB", spec::Fp8Recipe::kBlockwise, bw);
+  EXPECT_FALSE(tw);
+  EXPECT_TRUE(bw);
+  EXPECT_NEAR(h_block / h_tensor, 1 / hardware::PerfConstants{}.fp8_block_scaled_rate_sm90, 1e-9);
+  EXPECT_DOUBLE_EQ(gemm_s("B200-SXM-180GB", spec::Fp8Recipe::kBlockwise, bw_b), gemm_s("B200-SXM-180GB", spec::Fp8Recipe::kTensorwise, tw_b));
+  EXPECT_TRUE(bw_b);
+  // The whole job on H100: slower in blockwise than in tensorwise.
+  const auto c = cluster("H100-SXM5-80GB", 1, 8);
+  EXPECT_GT(time_of(m, c, fp8(spec::Fp8Recipe::kBlockwise), p)->iteration_time_s,
+            time_of(m, c, fp8(spec::Fp8Recipe::kTensorwise), p)->iteration_time_s);
 }
 
 // Memory: Transformer Engine's FP8 weight copies (2 bytes per FP8 linear parameter) on top of the

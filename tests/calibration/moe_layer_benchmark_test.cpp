@@ -102,8 +102,10 @@ Times op_time(const Case& c, std::span<const char* const> prefixes) {
 }
 
 // bf16: each pass within 10% (2026-12-07, the router in fp32 as the proxies run: −1.0% / +0.8%
-// Mixtral, +7.3% / +7.8% DeepSeek). FP8 blockwise is printed, not held: mist's FP8 GEMMs are 16-26%
-// too fast for Hopper's blockwise scaling at these shapes (issue 17; docs/time-model.md).
+// Mixtral, +7.3% / +7.8% DeepSeek). FP8 blockwise within 12%: 16-26% too fast until Hopper's
+// block-scaled GEMM rate (0.755 of the row-scaled one, measured by FBGEMM, not fitted here) was
+// modelled on 2026-12-08, −8.2% / −10.6% Mixtral and −8.6% / −6.7% DeepSeek since (issue 17;
+// docs/time-model.md).
 TEST(MoeLayerBenchmark, MegatronCoresProxiesOnH100) {
   const Case cases[] = {
       {kMixtral, spec::Fp8Recipe::kNone, 4.3269, 7.6843},
@@ -118,9 +120,9 @@ TEST(MoeLayerBenchmark, MegatronCoresProxiesOnH100) {
     const bool bf16 = c.fp8 == spec::Fp8Recipe::kNone;
     fmt::print("| {}, {} | {:.2f} / {:.2f} | {:.2f} / {:.2f} | {:+.1f}% / {:+.1f}% |\n", c.proxy.name,
                bf16 ? "bf16" : "fp8 blockwise", c.fwd_ms, c.bwd_ms, t.fwd * 1e3, t.bwd * 1e3, 100 * ef, 100 * eb);
-    if (!bf16) continue;
-    EXPECT_LT(std::abs(ef), 0.10) << c.proxy.name << " forward";
-    EXPECT_LT(std::abs(eb), 0.10) << c.proxy.name << " backward";
+    const double bound = bf16 ? 0.10 : 0.12;
+    EXPECT_LT(std::abs(ef), bound) << c.proxy.name << " forward";
+    EXPECT_LT(std::abs(eb), bound) << c.proxy.name << " backward";
   }
 }
 
