@@ -68,6 +68,9 @@ struct BlockRun {
   // outside the activations, as Megatron's global memory buffer), the local experts' rows permuted
   // out of them, the experts' output reduce-scattered back.
   bool moe_allgather = false;
+  // Megatron's --moe-router-dtype fp32 (training.moe_router_dtype): the router's logits, the
+  // probabilities and their copies in fp32 (graph/lower_moe.cpp pw).
+  bool moe_router_fp32 = false;
   // Under CheckpointMode::kSelective: Megatron's --recompute-modules (spec::RecomputeModule bits;
   // the attention core by default). core_attn, mlp, moe and shared_experts run as checkpoints,
   // layernorm (an MoE block's pre-MLP norm) and moe_act as CheckpointWithoutOutput.

@@ -44,20 +44,25 @@ namespace {
 using namespace detail;
 
 // Column- or row-parallel linear (t = 1): saves its input; the weight gradient goes into main_w.
+// `out_dtype` (-1: the input's): the output's dtype, fp32 for Megatron's router under
+// --moe-router-dtype fp32 (RouterGatingLinearFunction: fp32 logits of bf16 operands, no input copy
+// kept); the GEMMs then run on fp32 copies in the workspace.
 struct LinearFn : torch::autograd::Function<LinearFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const LinearParams* p, int64_t op) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const LinearParams* p, int64_t op,
+                            int64_t out_dtype) {
     Timed t(static_cast<int>(op), forward_phase());
     ctx->set_materialize_grads(false);
     const int64_t in = p->w.size(1), out = p->w.size(0);
-    auto y = at::empty({x.size(0), x.size(1), out}, x.options());
-    auto x2 = x.view({-1, in});
+    const auto dt = out_dtype < 0 ? x.scalar_type() : static_cast<at::ScalarType>(out_dtype);
+    auto y = at::empty({x.size(0), x.size(1), out}, x.options().dtype(dt));
     auto y2 = y.view({-1, out});
     {
       ScopedAllocClass ws(AllocClass::kWorkspace);
+      const auto x2 = x.reshape({-1, in}).to(dt), w = p->w.to(dt);
       if (p->b.defined())
-        at::addmm_out(y2, p->b, x2, p->w.t());
+        at::addmm_out(y2, p->b.to(dt), x2, w.t());
       else
-        at::mm_out(y2, x2, p->w.t());
+        at::mm_out(y2, x2, w.t());
     }
     ctx->save_for_backward({x});
     ctx->saved_data["p"] = as_int(p);
@@ -73,19 +78,26 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     const auto g = grads[0].is_contiguous() ? grads[0] : grads[0].contiguous();
     const int64_t in = p->w.size(1), out = p->w.size(0);
     auto gx = at::empty(x.sizes(), x.options());
-    mm_into(gx.view({-1, in}), g.view({-1, out}), p->w);
+    if (g.scalar_type() == x.scalar_type()) {
+      mm_into(gx.view({-1, in}), g.view({-1, out}), p->w);
+    } else {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      gx.view({-1, in}).copy_(at::mm(g.view({-1, out}), p->w.to(g.scalar_type())));
+    }
     {
       // Megatron's fused wgrad GEMM accumulates into main_grad without a temporary; a bf16 GEMM
       // here needs one, which is counted apart as a weight-gradient temporary.
       ScopedAllocClass wg(AllocClass::kWeightGrad);
       const auto g2 = g.view({-1, out}), x2 = x.view({-1, in});
-      if (x.scalar_type() == at::kFloat)
+      if (g.scalar_type() != x.scalar_type())  // fp32 logits' gradient, bf16 input: in fp32
+        p->main_w.addmm_(g2.t().to(at::kFloat), x2.to(at::kFloat));
+      else if (x.scalar_type() == at::kFloat)
         p->main_w.addmm_(g2.t(), x2);
       else
         p->main_w.add_(at::mm(g2.t(), x2));
       if (p->b.defined()) p->main_b.add_(g2.sum(0, false, at::kFloat));
     }
-    return {gx, at::Tensor(), at::Tensor()};
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -237,8 +249,8 @@ struct CheckpointFn : torch::autograd::Function<CheckpointFn> {
 
 }  // namespace
 
-at::Tensor linear(at::Tensor x, const LinearParams& p, int op) {
-  return LinearFn::apply(x, &p, static_cast<int64_t>(op));
+at::Tensor linear(at::Tensor x, const LinearParams& p, int op, std::optional<at::ScalarType> out_dtype) {
+  return LinearFn::apply(x, &p, static_cast<int64_t>(op), out_dtype ? static_cast<int64_t>(*out_dtype) : -1);
 }
 at::Tensor norm(at::Tensor x, const NormParams& p, int op) {
   return NormFn::apply(x, &p, static_cast<int64_t>(op));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -52,7 +53,9 @@ struct AttnDims {
   int64_t cp_a2a = 1;                           // a2a+p2p: the all-to-all groups' size
 };
 
-at::Tensor linear(at::Tensor x, const LinearParams& p, int op);
+// x [s, b, in] through p ([out, in] weight); saves x. `out_dtype`: the output's dtype when not the
+// input's (the router's fp32 logits under --moe-router-dtype fp32).
+at::Tensor linear(at::Tensor x, const LinearParams& p, int op, std::optional<at::ScalarType> out_dtype = {});
 at::Tensor norm(at::Tensor x, const NormParams& p, int op);
 at::Tensor add(at::Tensor a, at::Tensor b, int op);
 at::Tensor dropout(at::Tensor x, double p, uint64_t seed, int op);
@@ -187,6 +190,8 @@ at::Tensor weighted_swiglu(at::Tensor gate_up, at::Tensor probs, int op);
 // GELU experts' activation x [n, f] times each row's probability probs [n] (TEGroupedMLP's
 // `intermediate_parallel * permuted_probs`); saves both.
 at::Tensor weight_rows(at::Tensor x, at::Tensor probs, int op);
+// x cast to `to`; the backward casts the gradient back.
+at::Tensor cast(at::Tensor x, at::ScalarType to, int op);
 // The shared expert's gate (Qwen2-MoE): y·sigmoid(logit) for logit [s, b, 1], y [s, b, h]; saves
 // the score sigmoid(logit) and y.
 at::Tensor sigmoid_gate(at::Tensor logit, at::Tensor y, int op);

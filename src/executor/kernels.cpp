@@ -19,6 +19,16 @@ void dispatch(const at::Tensor& t, F&& f) {
     f(float{});
 }
 
+// The same over each tensor's own dtype (probabilities in fp32 beside bf16 activations).
+template <class F>
+void dispatch(const at::Tensor& a, const at::Tensor& b, F&& f) {
+  dispatch(a, [&](auto ta) { dispatch(b, [&](auto tb) { f(ta, tb); }); });
+}
+template <class F>
+void dispatch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, F&& f) {
+  dispatch(a, b, [&](auto ta, auto tb) { dispatch(c, [&](auto tc) { f(ta, tb, tc); }); });
+}
+
 // Rows of a [s, b, width] tensor whose last dimension is contiguous (maybe a column slice).
 template <class T>
 struct Rows {
@@ -322,14 +332,17 @@ void swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tenso
 
 void weight_rows_forward(const at::Tensor& x, const at::Tensor& p, const at::Tensor& y) {
   const int64_t f = y.size(-1), rows = y.numel() / f;
-  dispatch(x, [&](auto tag) {
-    using T = decltype(tag);
-    const T *X = ptr<T>(x), *P = ptr<T>(p);
-    T* Y = ptr<T>(y);
+  dispatch(x, p, y, [&](auto xt, auto pt, auto yt) {
+    using T = decltype(xt);
+    using Pt = decltype(pt);
+    using Yt = decltype(yt);
+    const T* X = ptr<T>(x);
+    const Pt* P = ptr<Pt>(p);
+    Yt* Y = ptr<Yt>(y);
     at::parallel_for(0, rows, grain(f), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float w = f32(P[r]);
-        for (int64_t c = 0; c < f; ++c) Y[r * f + c] = T(f32(X[r * f + c]) * w);
+        for (int64_t c = 0; c < f; ++c) Y[r * f + c] = Yt(f32(X[r * f + c]) * w);
       }
     });
   });
@@ -338,10 +351,13 @@ void weight_rows_forward(const at::Tensor& x, const at::Tensor& p, const at::Ten
 void weight_rows_backward(const at::Tensor& gy, const at::Tensor& x, const at::Tensor& p, const at::Tensor& gx,
                           const at::Tensor& gp) {
   const int64_t f = gy.size(-1), rows = gy.numel() / f;
-  dispatch(x, [&](auto tag) {
-    using T = decltype(tag);
-    const T *G = ptr<T>(gy), *X = ptr<T>(x), *P = ptr<T>(p);
-    T *GX = ptr<T>(gx), *GP = ptr<T>(gp);
+  dispatch(x, p, [&](auto xt, auto pt) {
+    using T = decltype(xt);
+    using Pt = decltype(pt);
+    const T *G = ptr<T>(gy), *X = ptr<T>(x);
+    const Pt* P = ptr<Pt>(p);
+    T* GX = ptr<T>(gx);
+    Pt* GP = ptr<Pt>(gp);
     at::parallel_for(0, rows, grain(f), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float w = f32(P[r]);
@@ -351,7 +367,7 @@ void weight_rows_backward(const at::Tensor& gy, const at::Tensor& x, const at::T
           dw += dy * f32(X[r * f + c]);
           GX[r * f + c] = T(dy * w);
         }
-        GP[r] = T(dw);
+        GP[r] = Pt(dw);
       }
     });
   });
@@ -359,9 +375,11 @@ void weight_rows_backward(const at::Tensor& gy, const at::Tensor& x, const at::T
 
 void weighted_swiglu_forward(const at::Tensor& gu, const at::Tensor& p, const at::Tensor& y) {
   const int64_t f = y.size(-1), rows = y.numel() / f;
-  dispatch(gu, [&](auto tag) {
+  dispatch(gu, p, [&](auto tag, auto pt) {
     using T = decltype(tag);
-    const T *GU = ptr<T>(gu), *P = ptr<T>(p);
+    using Pt = decltype(pt);
+    const T* GU = ptr<T>(gu);
+    const Pt* P = ptr<Pt>(p);
     T* Y = ptr<T>(y);
     at::parallel_for(0, rows, grain(f), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
@@ -378,10 +396,13 @@ void weighted_swiglu_forward(const at::Tensor& gu, const at::Tensor& p, const at
 void weighted_swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tensor& p, const at::Tensor& ggu,
                               const at::Tensor& gp) {
   const int64_t f = gy.size(-1), rows = gy.numel() / f;
-  dispatch(gu, [&](auto tag) {
+  dispatch(gu, p, [&](auto tag, auto pt) {
     using T = decltype(tag);
-    const T *G = ptr<T>(gy), *GU = ptr<T>(gu), *P = ptr<T>(p);
-    T *GGU = ptr<T>(ggu), *GP = ptr<T>(gp);
+    using Pt = decltype(pt);
+    const T *G = ptr<T>(gy), *GU = ptr<T>(gu);
+    const Pt* P = ptr<Pt>(p);
+    T* GGU = ptr<T>(ggu);
+    Pt* GP = ptr<Pt>(gp);
     at::parallel_for(0, rows, grain(f), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float w = f32(P[r]);
@@ -393,7 +414,7 @@ void weighted_swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const 
           GGU[r * 2 * f + c] = T(dy * w * u * sig * (1.0f + g * (1.0f - sig)));
           GGU[r * 2 * f + f + c] = T(dy * w * g * sig);
         }
-        GP[r] = T(dw);
+        GP[r] = Pt(dw);
       }
     });
   });

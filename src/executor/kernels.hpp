@@ -45,13 +45,15 @@ void swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tenso
 
 // y = x·p per row for x [n, f] and probs [n] (TEGroupedMLP's product of GELU experts' activation
 // with the routing probabilities); backward gx = gy·p and gp = Σ gy·x per row, without a temporary.
+// p, gp and y (gy) may be fp32 beside a bf16 x (an fp32 router: the product is promoted).
 void weight_rows_forward(const at::Tensor& x, const at::Tensor& p, const at::Tensor& y);
 void weight_rows_backward(const at::Tensor& gy, const at::Tensor& x, const at::Tensor& p, const at::Tensor& gx,
                           const at::Tensor& gp);
 
 // Weighted SwiGLU of the experts (Megatron's WeightedSwiGLUFunction): y = silu(gate)·up·p for
 // gu = [gate | up] of [rows, 2f] and one probability per row, p [rows]. The backward writes
-// ggu = dL/dgu and gp = dL/dp = Σ_c silu(gate)·up·gy.
+// ggu = dL/dgu and gp = dL/dp = Σ_c silu(gate)·up·gy. p and gp may be fp32 beside a bf16 gu (an
+// fp32 router: the fused kernel casts inside).
 void weighted_swiglu_forward(const at::Tensor& gu, const at::Tensor& p, const at::Tensor& y);
 void weighted_swiglu_backward(const at::Tensor& gy, const at::Tensor& gu, const at::Tensor& p, const at::Tensor& ggu,
                               const at::Tensor& gp);

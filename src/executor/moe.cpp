@@ -326,11 +326,17 @@ struct GroupedLinearFn : torch::autograd::Function<GroupedLinearFn> {
 // product of the GELU's output with the probabilities (the same width out).
 struct WeightedSwiglu {
   static int64_t width(const at::Tensor& x) { return x.size(1) / 2; }
+  // fp32 probabilities beside a bf16 input: the fused kernel casts inside, its output bf16.
+  static at::ScalarType out_dtype(const at::Tensor& x, const at::Tensor&) { return x.scalar_type(); }
   static constexpr auto forward = kernels::weighted_swiglu_forward;
   static constexpr auto backward = kernels::weighted_swiglu_backward;
 };
 struct WeightRows {
   static int64_t width(const at::Tensor& x) { return x.size(1); }
+  // `intermediate_parallel * permuted_probs`: PyTorch promotes bf16 × fp32 to fp32.
+  static at::ScalarType out_dtype(const at::Tensor& x, const at::Tensor& p) {
+    return at::promote_types(x.scalar_type(), p.scalar_type());
+  }
   static constexpr auto forward = kernels::weight_rows_forward;
   static constexpr auto backward = kernels::weight_rows_backward;
 };
@@ -340,7 +346,7 @@ struct ProbWeightedFn : torch::autograd::Function<ProbWeightedFn<K>> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& p, int64_t op) {
     Timed t(static_cast<int>(op), forward_phase());
     ctx->set_materialize_grads(false);
-    auto y = at::empty({x.size(0), K::width(x)}, x.options());
+    auto y = at::empty({x.size(0), K::width(x)}, x.options().dtype(K::out_dtype(x, p)));
     K::forward(x, p, y);
     ctx->save_for_backward({x, p});
     ctx->saved_data["op"] = op;
@@ -353,8 +359,44 @@ struct ProbWeightedFn : torch::autograd::Function<ProbWeightedFn<K>> {
     const auto g = grads[0].is_contiguous() ? grads[0] : grads[0].contiguous();
     auto gx = at::empty(sv[0].sizes(), sv[0].options());
     auto gp = at::empty(sv[1].sizes(), sv[1].options());
-    K::backward(g, sv[0], sv[1], gx, gp);
+    if (g.scalar_type() == sv[0].scalar_type()) {
+      K::backward(g, sv[0], sv[1], gx, gp);
+      return {gx, gp, at::Tensor()};
+    }
+    // A promoted product (bf16 × fp32): autograd's MulBackward makes grad·p and grad·x in fp32,
+    // both alive together, then casts the first to the input's dtype and sums the second per row.
+    auto gp_rows = at::empty(g.sizes(), g.options());  // moe.experts.weight.grad_p_fp32
+    auto gx_fp32 = at::empty(g.sizes(), g.options());  // moe.experts.weight.grad_x_fp32
+    {
+      ScopedAllocClass ws(AllocClass::kWorkspace);
+      at::mul_out(gx_fp32, g, sv[1].unsqueeze(1));
+      at::mul_out(gp_rows, g, sv[0].to(g.scalar_type()));
+      gx.copy_(gx_fp32);
+      at::sum_out(gp, gp_rows, {1});
+    }
     return {gx, gp, at::Tensor()};
+  }
+};
+
+// A cast to `to` (the GELU experts' fp32 product back to the activation dtype for fc2); its
+// backward casts the gradient back.
+struct CastFn : torch::autograd::Function<CastFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t to, int64_t op) {
+    Timed t(static_cast<int>(op), forward_phase());
+    ctx->set_materialize_grads(false);
+    auto y = at::empty(x.sizes(), x.options().dtype(static_cast<at::ScalarType>(to)));
+    y.copy_(x);
+    ctx->saved_data["from"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["op"] = op;
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Timed t(op_of(ctx), Phase::kBackward);
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto from = static_cast<at::ScalarType>(ctx->saved_data["from"].toInt());
+    auto gx = at::empty(grads[0].sizes(), grads[0].options().dtype(from));
+    gx.copy_(grads[0]);
+    return {gx, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -589,6 +631,9 @@ at::Tensor grouped_linear(at::Tensor x, const LinearParams& p, int op) {
 at::Tensor weighted_swiglu(at::Tensor gate_up, at::Tensor probs, int op) {
   return ProbWeightedFn<WeightedSwiglu>::apply(gate_up, probs, static_cast<int64_t>(op));
 }
+at::Tensor cast(at::Tensor x, at::ScalarType to, int op) {
+  return CastFn::apply(x, static_cast<int64_t>(to), static_cast<int64_t>(op));
+}
 at::Tensor weight_rows(at::Tensor x, at::Tensor probs, int op) {
   return ProbWeightedFn<WeightRows>::apply(x, probs, static_cast<int64_t>(op));
 }
@@ -627,7 +672,9 @@ at::Tensor Block::moe(at::Tensor x) {
       shared = ops::sigmoid_gate(std::move(logit), std::move(shared), id("shared_expert.gated"));
     }
   }
-  auto logits = ops::linear(x, router_, id("moe.router"));
+  // The router's logits: fp32 under --moe-router-dtype fp32 (RouterGatingLinearFunction).
+  auto logits = ops::linear(x, router_, id("moe.router"),
+                            run_.moe_router_fp32 ? std::optional(at::kFloat) : std::nullopt);
   auto [probs, map] = ops::moe_topk(logits, moe_, id("moe.topk"));
   probs = ops::moe_aux_loss(std::move(logits), std::move(probs), moe_, id("moe.aux_loss"));
   std::vector<at::Tensor> held;  // custom_forward's locals, released as it returns
@@ -675,7 +722,9 @@ at::Tensor Block::expert_activation(at::Tensor fc1, at::Tensor row_probs) {
   if (run_.model.mlp == spec::Mlp::kSwiGlu)
     return ops::weighted_swiglu(std::move(fc1), std::move(row_probs), id("moe.experts.swiglu"));
   auto g = ops::gelu(std::move(fc1), id("moe.experts.gelu"));
-  return ops::weight_rows(std::move(g), std::move(row_probs), id("moe.experts.weight"));
+  auto y = ops::weight_rows(std::move(g), std::move(row_probs), id("moe.experts.weight"));
+  if (y.scalar_type() == dtype_) return y;
+  return ops::cast(std::move(y), dtype_, id("moe.experts.weight_cast"));  // fp32 probabilities: back for fc2
 }
 
 at::Tensor Block::experts(at::Tensor rows, at::Tensor row_probs) {

@@ -24,6 +24,7 @@ spec::TrainingSpec run_training(const BlockRun& r) {
   t.flash_attention = r.flash_attention;
   t.dropout = r.dropout;
   if (r.moe_allgather) t.moe_dispatcher = spec::MoeDispatcher::kAllGather;
+  t.moe_router_fp32 = r.moe_router_fp32;
   t.recompute_modules = r.recompute_modules;
   t.cross_entropy_fusion = r.cross_entropy_fusion;
   return t;

@@ -128,6 +128,23 @@ struct Walk {
     return false;
   }
 
+  // The outputs of ops [first, last] that an op after `last` reads (what a run returns).
+  std::vector<int> run_outputs(int first, int last) const {
+    std::vector<int> out;
+    for (int j = first; j <= last; ++j)
+      for (int t : L.ops[j].outputs)
+        if (!is_view(t) && read_after(last, t)) out.push_back(t);
+    return out;
+  }
+
+  // Whether an op after `last` reads storage s.
+  bool read_after(int last, int s) const {
+    for (int j = last + 1; j < static_cast<int>(L.ops.size()); ++j)
+      for (int t : L.ops[j].inputs)
+        if (storage(t) == s) return true;
+    return false;
+  }
+
   // Ops j-1 and j belong to one recomputed run: both recomputed, alike (a checkpoint, or restored
   // without output at the same op).
   bool same_run(int j) const {
@@ -339,8 +356,10 @@ struct Walk {
       std::set<int> keep, outputs;
       for (int j = first; j <= last; ++j) {
         for (int t : L.ops[j].saved) keep.insert(storage(t));
+        // An output the run alone reads and nothing saves (the GELU experts' fp32 product before
+        // its cast) is freed in the replay as in the forward.
         for (int t : L.ops[j].outputs)
-          if (!is_view(t)) keep.insert(t), outputs.insert(t);
+          if (!is_view(t) && (read_after(last, t) || saved_outside(first, last, t))) keep.insert(t), outputs.insert(t);
       }
       std::vector<Expr> under;
       if (!rec) {
@@ -393,7 +412,16 @@ struct Walk {
     for (int i = n - 1; i >= 0; --i) {
       if (recompute_core) restore_runs(i, B);
       if (!(recompute_core && L.ops[i].selective_recompute) || without_output(L.ops[i])) {
+        // CheckpointWithoutOutputFunction.backward holds the gradients of its run's outputs (its
+        // args) until the backward through the whole run is done.
+        const bool held = recompute_core && without_output(L.ops[i]);
+        std::vector<int> run_out;
+        if (held) run_out = run_outputs(run_first(i), run_last(i));
+        if (held && i == run_last(i))
+          for (int t : run_out) B.pinned.insert(t);
         backward_op(i, B, Expr(0.0));
+        if (held && i == run_first(i))
+          for (int t : run_out) B.pinned.erase(t), B.grads.unbind(t);
         continue;
       }
       const int first = run_first(i);

@@ -116,6 +116,41 @@ TEST(MoeExecutor, GeluExpertsMatchTheModelByteForByte) {
       }
 }
 
+// Megatron's --moe-router-dtype fp32 (training.moe_router_dtype): fp32 logits, probabilities and
+// their copies through either dispatcher; SwiGLU experts take fp32 probabilities into their fused
+// kernel, GELU experts' product is fp32 and cast back, with its backward's two fp32 products. In
+// bf16 the bytes differ from the router in bf16; in fp32 nothing changes.
+TEST(MoeExecutor, RouterInFp32MatchesTheModelByteForByte) {
+  for (const Case& c : three_grids())
+    for (spec::Mlp mlp : {spec::Mlp::kSwiGlu, spec::Mlp::kGelu})
+      for (bool allgather : {false, true})
+        for (CM ck : {CM::kNone, CM::kFull}) {
+          auto r = moe_run(c, Dtype::kBf16, ck);
+          r.model.mlp = mlp;
+          r.moe_allgather = allgather;
+          r.moe_router_fp32 = true;
+          SCOPED_TRACE(fmt::format("{} {} {} router fp32", name(r), mlp == spec::Mlp::kGelu ? "gelu" : "swiglu",
+                                   allgather ? "allgather" : "alltoall"));
+          expect_exact(r);
+          if (ck == CM::kFull) continue;
+          auto bf16_router = r;
+          bf16_router.moe_router_fp32 = false;
+          const auto a = measure_block(r), b = measure_block(bf16_router);
+          ASSERT_TRUE(a && b);
+          EXPECT_GT(a->saved_bytes, b->saved_bytes);  // the kept probabilities are fp32
+        }
+  // A moe_act recompute of GELU experts replays the product and its cast.
+  auto r = moe_run({8, 2, 2, 2, Shared::kGated}, Dtype::kBf16, CM::kSelective);
+  r.model.mlp = spec::Mlp::kGelu;
+  r.moe_router_fp32 = true;
+  r.recompute_modules = spec::kRecomputeMoeAct;
+  auto m = measure_block(r);
+  auto p = predict_block(r);
+  ASSERT_TRUE(m && p) << (m ? p.error().to_string() : m.error().to_string());
+  EXPECT_EQ(m->saved_bytes, p->saved);
+  EXPECT_EQ(m->backward_peak_bytes, p->backward_peak);
+}
+
 // Selective recompute (the attention core) and a context-parallel rank of the same block.
 TEST(MoeExecutor, SelectiveRecomputeAndContextParallelismToo) {
   for (const Case& c : {Case{8, 2, 2, 2, Shared::kGated}, Case{4, 1, 1, 2, Shared::kNone}})
