@@ -415,13 +415,11 @@ struct Walk {
         // CheckpointWithoutOutputFunction.backward holds the gradients of its run's outputs (its
         // args) until the backward through the whole run is done.
         const bool held = recompute_core && without_output(L.ops[i]);
-        std::vector<int> run_out;
-        if (held) run_out = run_outputs(run_first(i), run_last(i));
         if (held && i == run_last(i))
-          for (int t : run_out) B.pinned.insert(t);
+          for (int t : run_outputs(run_first(i), i)) B.pinned.insert(t);
         backward_op(i, B, Expr(0.0));
         if (held && i == run_first(i))
-          for (int t : run_out) B.pinned.erase(t), B.grads.unbind(t);
+          for (int t : run_outputs(i, run_last(i))) B.pinned.erase(t), B.grads.unbind(t);
         continue;
       }
       const int first = run_first(i);
